@@ -1,0 +1,14 @@
+"""Build the C core (native/) as the extension module nsqmp._native."""
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "nsqmp._native",
+            sources=["native/module.c", "native/ring.c"],
+            depends=["native/ring.h"],
+            include_dirs=["native"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
+        )
+    ]
+)

@@ -1,0 +1,1 @@
+"""Append-only mmap'd segment files. Imports nothing else of nsqmp."""

@@ -1,0 +1,1 @@
+"""Inter-process plumbing: shared-memory segments, SPSC rings, doorbells, record codec."""

@@ -1,0 +1,1 @@
+"""NSQ wire facts shared by every role: frame types, error codes, names, message encoding."""

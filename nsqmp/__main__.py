@@ -1,0 +1,5 @@
+import sys
+
+from nsqmp.cli import main
+
+sys.exit(main())

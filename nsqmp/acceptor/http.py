@@ -1,0 +1,273 @@
+"""nsqd's HTTP API on an acceptor: /ping, /info, /pub, /mpub, /stats.
+
+httptools parses; each route is one coroutine-free handler or, for /stats (which asks every
+router), a coroutine. Errors are nsqd's: a JSON body {"message": "<CODE>"} with nsqd's
+status code, and every V1 response carries X-NSQ-Content-Type.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from urllib.parse import parse_qs, urlsplit
+
+import httptools
+import orjson
+
+from nsqmp.acceptor.identify import VERSION
+from nsqmp.protocol.errors import ClientError
+from nsqmp.protocol.names import is_valid_name
+
+log = logging.getLogger("nsqmp.acceptor")
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            413: "Request Entity Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+_JSON = b"application/json; charset=utf-8"
+_TEXT = b"text/plain; charset=utf-8"
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Request:
+    __slots__ = ("method", "path", "query", "body", "headers", "keep_alive")
+
+    def __init__(self, method: str, url: bytes, headers: dict[bytes, bytes], body: bytes, keep_alive: bool):
+        parts = urlsplit(url.decode("latin-1"))
+        self.method = method
+        self.path = parts.path
+        self.query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+
+
+class HttpConnection(asyncio.Protocol):
+    def __init__(self, server) -> None:
+        self.server = server
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._queue: list[Request] = []
+        self._busy = False
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._write_raw(400, b"", _TEXT, False)
+        except httptools.HttpParserError:
+            self._write_raw(400, b"Bad Request", _TEXT, False)
+
+    def connection_lost(self, exc) -> None:
+        self.transport = None
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._body, self._body_size = b"", {}, [], 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.lower()] = value
+
+    def on_body(self, body: bytes) -> None:
+        # bound what we hold: nothing nsqd accepts is bigger than max-body-size
+        self._body_size += len(body)
+        if self._body_size <= self.server.opts.max_body_size + 1:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        req = Request(self.parser.get_method().decode(), self._url, self._headers,
+                      b"".join(self._body), self.parser.should_keep_alive())
+        if self._body_size > len(req.body):
+            req.body = req.body + b"\0"  # marks "too big" to the handlers without holding it
+        self._queue.append(req)
+        if not self._busy:
+            self._busy = True
+            self.server.loop.create_task(self._serve())
+
+    async def _serve(self) -> None:
+        while self._queue and self.transport is not None:
+            req = self._queue.pop(0)
+            try:
+                status, body, ctype = await self._route(req)
+            except HttpError as exc:
+                status, body, ctype = exc.status, orjson.dumps({"message": exc.message}), _JSON
+            except Exception:  # a bug must not take the acceptor down
+                log.exception("HTTP %s %s failed", req.method, req.path)
+                status, body, ctype = 500, orjson.dumps({"message": "INTERNAL_ERROR"}), _JSON
+            self._write_raw(status, body, ctype, req.keep_alive)
+        self._busy = False
+
+    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool) -> None:
+        if self.transport is None:
+            return
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n".encode()
+            + b"Content-Type: " + ctype + b"\r\n"
+            + b"X-NSQ-Content-Type: nsq; version=1.0\r\n"
+            + b"Content-Length: " + str(len(body)).encode() + b"\r\n"
+            + (b"" if keep_alive else b"Connection: close\r\n")
+            + b"\r\n"
+        )
+        self.transport.write(head + body)
+        if not keep_alive:
+            self.transport.close()
+            self.transport = None
+
+    async def _route(self, req: Request) -> tuple[int, bytes, bytes]:
+        route = ROUTES.get(req.path)
+        if route is None:
+            raise HttpError(404, "NOT_FOUND")
+        methods, handler = route
+        if req.method not in methods:
+            raise HttpError(405, "METHOD_NOT_ALLOWED")
+        return await handler(self.server, req)
+
+
+def _topic(req: Request) -> bytes:
+    topic = req.query.get("topic")
+    if topic is None:
+        raise HttpError(400, "MISSING_ARG_TOPIC")
+    raw = topic.encode()
+    if not is_valid_name(raw):
+        raise HttpError(400, "INVALID_TOPIC")
+    return raw
+
+
+async def h_ping(server, req: Request):
+    if server.health:
+        return 500, f"NOK - {server.health}".encode(), _TEXT
+    return 200, b"OK", _TEXT
+
+
+async def h_info(server, req: Request):
+    opts = server.opts
+    return 200, orjson.dumps({
+        "version": VERSION,
+        "broadcast_address": opts.broadcast_address,
+        "hostname": server.hostname,
+        "http_port": server.http_port,
+        "tcp_port": server.tcp_port,
+        "start_time": server.start_time,
+        "max_heartbeat_interval": int(opts.max_heartbeat_interval * 1e9),
+        "max_output_buffer_size": opts.max_output_buffer_size,
+        "max_output_buffer_timeout": int(opts.max_output_buffer_timeout * 1e9),
+        "max_deflate_level": opts.max_deflate_level,
+        "topology_zone": "",
+        "topology_region": "",
+    }), _JSON
+
+
+def _publish(server, topic: bytes, bodies: list[bytes]) -> None:
+    try:
+        server.publisher.publish(topic, bodies)
+    except OSError as exc:
+        log.error("HTTP publish to %s failed: %s", topic.decode(), exc)
+        server.health_error(str(exc))
+        raise HttpError(500, "INTERNAL_ERROR") from None
+    server.health_ok()
+
+
+async def h_pub(server, req: Request):
+    max_size = server.opts.max_msg_size
+    length = req.headers.get(b"content-length")
+    if length is not None and length.isdigit() and int(length) > max_size:
+        raise HttpError(413, "MSG_TOO_BIG")
+    if len(req.body) > max_size:
+        raise HttpError(413, "MSG_TOO_BIG")
+    if not req.body:
+        raise HttpError(400, "MSG_EMPTY")
+    topic = _topic(req)
+    if "defer" in req.query:
+        # deferred delivery arrives with the timer work; until then refuse rather than ignore
+        raise HttpError(400, "INVALID_DEFER")
+    _publish(server, topic, [req.body])
+    return 200, b"OK", _TEXT
+
+
+async def h_mpub(server, req: Request):
+    opts = server.opts
+    length = req.headers.get(b"content-length")
+    if (length is not None and length.isdigit() and int(length) > opts.max_body_size) \
+            or len(req.body) > opts.max_body_size:
+        raise HttpError(413, "BODY_TOO_BIG")
+    topic = _topic(req)
+    binary = req.query.get("binary", "false") not in ("false", "0")
+    if binary:
+        from nsqmp.acceptor.tcp import parse_mpub
+
+        try:
+            bodies = parse_mpub(req.body, opts.max_msg_size, opts.max_body_size)
+        except ClientError as err:
+            raise HttpError(413, err.code[2:]) from None
+    else:
+        bodies = [line for line in req.body.split(b"\n") if line]
+        for line in bodies:
+            if len(line) > opts.max_msg_size:
+                raise HttpError(413, "MSG_TOO_BIG")
+    if not bodies:
+        raise HttpError(400, "MSG_EMPTY")
+    _publish(server, topic, bodies)
+    return 200, b"OK", _TEXT
+
+
+async def h_stats(server, req: Request):
+    fmt = req.query.get("format", "text")
+    topic = req.query.get("topic")
+    channel = req.query.get("channel")
+    include_clients = req.query.get("include_clients", "true") not in ("false", "0")
+    topics = await server.gather_stats(topic, channel, include_clients)
+    stats = {
+        "version": VERSION,
+        "health": f"NOK - {server.health}" if server.health else "OK",
+        "start_time": server.start_time,
+        "topics": topics,
+        "producers": [],
+    }
+    if fmt == "json":
+        return 200, orjson.dumps(stats), _JSON
+    return 200, render_text(stats).encode(), _TEXT
+
+
+def render_text(stats: dict) -> str:
+    lines = [f"nsqd v{VERSION} (nsqmp)", f"start_time {stats['start_time']}", f"Health: {stats['health']}", ""]
+    if not stats["topics"]:
+        lines.append("Topics: None")
+    for t in stats["topics"]:
+        lines.append(f"{'*P ' if t['paused'] else ''}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
+                     f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} e2e%: ")
+        for c in t["channels"]:
+            lines.append(f"    {'*P ' if c['paused'] else ''}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
+                         f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
+                         f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
+                         f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: ")
+            for cl in c["clients"]:
+                lines.append(f"        [V2 {cl['client_id']:<21}] state: {cl['state']} inflt: "
+                             f"{cl['in_flight_count']:<4} rdy: {cl['ready_count']:<4} fin: "
+                             f"{cl['finish_count']:<8} re-q: {cl['requeue_count']:<8} msgs: "
+                             f"{cl['message_count']:<8} connected: {cl['connect_ts']}")
+    lines.append("")
+    lines.append("Producers: None")
+    return "\n".join(lines) + "\n"
+
+
+ROUTES = {
+    "/ping": (("GET", "HEAD"), h_ping),
+    "/info": (("GET",), h_info),
+    "/pub": (("POST", "PUT"), h_pub),
+    "/mpub": (("POST", "PUT"), h_mpub),
+    "/stats": (("GET",), h_stats),
+}
+

@@ -1,0 +1,117 @@
+"""IDENTIFY: range checks of the client's JSON and the negotiated response (nsqd 1.3.0)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+VERSION = "1.3.0"
+
+
+class IdentifyError(ValueError):
+    """Becomes E_BAD_BODY "IDENTIFY <message>"."""
+
+
+@dataclass
+class ClientSettings:
+    client_id: str = ""
+    hostname: str = ""
+    user_agent: str = ""
+    feature_negotiation: bool = False
+    heartbeat_interval_ms: int = 30_000
+    output_buffer_size: int = 16384
+    output_buffer_timeout_ms: int = 250
+    msg_timeout_ms: int = 60_000
+    sample_rate: int = 0
+    deflate_level: int = 6
+
+
+def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise IdentifyError(f"{key} must be a number")
+    return int(value)
+
+
+def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
+    """Apply an IDENTIFY body to settings, or raise IdentifyError with nsqd's wording."""
+    if not isinstance(data, dict):
+        raise IdentifyError("failed to decode JSON body")
+    settings.client_id = str(data.get("client_id", settings.client_id))
+    settings.hostname = str(data.get("hostname", settings.hostname))
+    settings.user_agent = str(data.get("user_agent", ""))
+    settings.feature_negotiation = bool(data.get("feature_negotiation", False))
+
+    max_hb = int(opts.max_heartbeat_interval * 1000)
+    hb = _int(data, "heartbeat_interval")
+    if hb == -1:
+        settings.heartbeat_interval_ms = -1
+    elif hb == 0:
+        settings.heartbeat_interval_ms = 30_000
+    elif 1000 <= hb <= max_hb:
+        settings.heartbeat_interval_ms = hb
+    else:
+        raise IdentifyError(f"heartbeat interval ({hb}) is invalid")
+
+    obs = _int(data, "output_buffer_size")
+    if obs == -1:
+        settings.output_buffer_size = 1
+        settings.output_buffer_timeout_ms = 0
+    elif obs == 0:
+        pass
+    elif 64 <= obs <= opts.max_output_buffer_size:
+        settings.output_buffer_size = obs
+    else:
+        raise IdentifyError(f"output buffer size ({obs}) is invalid")
+
+    obt = _int(data, "output_buffer_timeout")
+    min_obt = int(opts.min_output_buffer_timeout * 1000)
+    max_obt = int(opts.max_output_buffer_timeout * 1000)
+    if obt == -1:
+        settings.output_buffer_timeout_ms = 0
+    elif obt == 0:
+        settings.output_buffer_timeout_ms = int(opts.output_buffer_timeout * 1000)
+    elif min_obt <= obt <= max_obt:
+        settings.output_buffer_timeout_ms = obt
+    else:
+        raise IdentifyError(f"output buffer timeout ({obt}) is invalid")
+
+    rate = _int(data, "sample_rate")
+    if not 0 <= rate <= 99:
+        raise IdentifyError(f"sample rate ({rate}) is invalid")
+    settings.sample_rate = rate
+
+    mt = _int(data, "msg_timeout")
+    if mt == 0:
+        settings.msg_timeout_ms = int(opts.msg_timeout * 1000)
+    elif 1000 <= mt <= int(opts.max_msg_timeout * 1000):
+        settings.msg_timeout_ms = mt
+    else:
+        raise IdentifyError(f"msg timeout ({mt}) is invalid")
+
+    level = _int(data, "deflate_level", 6) or 6
+    settings.deflate_level = max(1, min(level, opts.max_deflate_level))
+
+
+def response(opts: Any, settings: ClientSettings) -> bytes:
+    """The JSON nsqd sends back when feature_negotiation is on.
+
+    TLS, snappy and deflate upgrades are reported as not negotiated until the stream
+    upgrades are built (the wire-compatibility issue), which every client accepts.
+    """
+    return orjson.dumps({
+        "max_rdy_count": opts.max_rdy_count,
+        "version": VERSION,
+        "max_msg_timeout": int(opts.max_msg_timeout * 1000),
+        "msg_timeout": settings.msg_timeout_ms,
+        "tls_v1": False,
+        "deflate": False,
+        "deflate_level": settings.deflate_level,
+        "max_deflate_level": opts.max_deflate_level,
+        "snappy": False,
+        "sample_rate": settings.sample_rate,
+        "auth_required": False,
+        "output_buffer_size": settings.output_buffer_size,
+        "output_buffer_timeout": settings.output_buffer_timeout_ms,
+    })

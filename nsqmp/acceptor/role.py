@@ -1,0 +1,149 @@
+"""The acceptor process: owns client connections (TCP V2 and HTTP) and its segment files."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import time
+
+import orjson
+
+from nsqmp.acceptor.http import HttpConnection
+from nsqmp.acceptor.publisher import Publisher, router_for
+from nsqmp.acceptor.tcp import V2Connection
+from nsqmp.ipc import records
+from nsqmp.protocol.errors import ClientError, FatalClientError
+from nsqmp.roles import Role
+
+# a publisher stops being read while this many records wait for a full ring
+_BACKLOG_PAUSE = 256
+_STATS_TIMEOUT = 2.0
+
+
+class Acceptor(Role):
+    def __init__(self, opts, plan, index: int, generation: int, doorbells, control_name: str,
+                 tcp_sock: socket.socket, http_sock: socket.socket | None) -> None:
+        super().__init__(opts, plan, plan.acceptor_slot(index), generation, doorbells, control_name)
+        self.index = index
+        self.title = f"nsqmp acceptor {index}"
+        self.tcp_sock = tcp_sock
+        self.http_sock = http_sock
+        self.connections: dict[int, V2Connection] = {}
+        self.health = ""
+        self.hostname = socket.gethostname()
+        self.start_time = int(time.time())
+        self.tcp_port = tcp_sock.getsockname()[1]
+        self.http_port = http_sock.getsockname()[1] if http_sock is not None else -1
+        self._conn_numbers = itertools.count(1)
+        self._requests: dict[int, tuple[asyncio.Future, list]] = {}
+        self._request_ids = itertools.count(1)
+        self._paused: set[V2Connection] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+
+    # -- lifecycle --------------------------------------------------------------
+    def setup(self) -> None:
+        self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
+        self.endpoint.on_unblocked = self._resume_publishers
+        self.loop.run_until_complete(self._listen())
+        if self.opts.sync_timeout > 0:
+            self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
+
+    async def _listen(self) -> None:
+        self._servers.append(await self.loop.create_server(lambda: V2Connection(self), sock=self.tcp_sock))
+        if self.http_sock is not None:
+            self._servers.append(await self.loop.create_server(lambda: HttpConnection(self), sock=self.http_sock))
+
+    def started(self) -> None:
+        hello = records.HELLO_A.pack(records.A_HELLO, self.index, self.generation)
+        for j in range(self.plan.routers):
+            self.endpoint.send(self.plan.router_slot(j), hello)
+
+    def _periodic_sync(self) -> None:
+        self.publisher.sync()
+        if not self._stopping:
+            self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
+
+    async def stop(self) -> None:
+        """Stop accepting, close every client, sync and close the segments."""
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections.values()):
+            conn.close()
+        await asyncio.sleep(0)  # let connection_lost run and queue the GONE records
+        self.publisher.close()
+
+    # -- helpers used by the connections --------------------------------------------
+    def new_conn_id(self) -> int:
+        return records.conn_id(self.index, self.generation, next(self._conn_numbers))
+
+    def router_slot(self, topic: bytes) -> int:
+        return self.plan.router_slot(router_for(topic, self.plan.routers))
+
+    def health_error(self, message: str) -> None:
+        self.health = message
+
+    def health_ok(self) -> None:
+        self.health = ""
+
+    def apply_backpressure(self, conn: V2Connection) -> None:
+        if self.endpoint.backlog > _BACKLOG_PAUSE and conn.transport is not None and conn not in self._paused:
+            conn.transport.pause_reading()
+            self._paused.add(conn)
+
+    def _resume_publishers(self) -> None:
+        for conn in self._paused:
+            if conn.transport is not None and not conn.closed:
+                conn.transport.resume_reading()
+        self._paused.clear()
+
+    async def gather_stats(self, topic: str | None, channel: str | None, include_clients: bool) -> list:
+        """Ask every router for its part of /stats and merge (topics sorted by name)."""
+        request = {"op": "stats", "topic": topic, "channel": channel, "include_clients": include_clients}
+        replies = await self.ask_routers(request)
+        topics = [t for reply in replies for t in reply.get("topics", [])]
+        topics.sort(key=lambda t: t["topic_name"])
+        return topics
+
+    async def ask_routers(self, request: dict) -> list[dict]:
+        req_id = next(self._request_ids)
+        fut: asyncio.Future = self.loop.create_future()
+        self._requests[req_id] = (fut, [])
+        body = records.REQ_ID.pack(records.CONTROL, req_id) + orjson.dumps(request)
+        for j in range(self.plan.routers):
+            self.endpoint.send(self.plan.router_slot(j), body)
+        try:
+            await asyncio.wait_for(fut, _STATS_TIMEOUT)
+        except asyncio.TimeoutError:
+            self.log.warning("a router did not answer %s within %.0fs", request["op"], _STATS_TIMEOUT)
+        return self._requests.pop(req_id)[1]
+
+    # -- records from routers ----------------------------------------------------------
+    def on_record(self, src: int, rec: bytes) -> None:
+        kind = rec[0]
+        if kind == records.DELIVER:
+            _, conn = records.CONN.unpack_from(rec)
+            c = self.connections.get(conn)
+            if c is not None:
+                c.write(memoryview(rec)[records.CONN.size:])
+        elif kind == records.CONN_ERR:
+            _, conn, fatal = records.CONN_ERR_HEAD.unpack_from(rec)
+            c = self.connections.get(conn)
+            if c is not None:
+                text = rec[records.CONN_ERR_HEAD.size:].decode()
+                code, _, desc = text.partition(" ")
+                c.send_error((FatalClientError if fatal else ClientError)(code, desc))
+        elif kind == records.REPLY:
+            _, req_id = records.REQ_ID.unpack_from(rec)
+            entry = self._requests.get(req_id)
+            if entry is not None:
+                fut, replies = entry
+                replies.append(orjson.loads(rec[records.REQ_ID.size:]))
+                if len(replies) == self.plan.routers and not fut.done():
+                    fut.set_result(None)
+        elif kind == records.R_HELLO:
+            router_slot = src
+            for c in self.connections.values():
+                if c.router == router_slot and not c.closed:
+                    c.send_sub()
+        else:
+            self.log.error("unexpected record kind %d from slot %d", kind, src)

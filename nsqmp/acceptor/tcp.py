@@ -1,0 +1,370 @@
+"""The NSQ TCP protocol V2 on one connection: framing, state machine, one handler per command.
+
+`data_received` appends to a buffer and runs the parse loop; each complete command goes to
+its handler from COMMANDS (keyed by the wire token). Handlers raise ClientError (the
+connection stays) or FatalClientError (error frame, then close), as nsqd does.
+Consumer-side commands become records for the topic's router; deliveries come back as
+ready-made frames that are written as they are.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Callable
+
+import orjson
+
+from nsqmp.acceptor.identify import ClientSettings, IdentifyError, negotiate, response
+from nsqmp.ipc import records
+from nsqmp.protocol import errors as E
+from nsqmp.protocol.errors import ClientError, FatalClientError
+from nsqmp.protocol.frames import (
+    CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, MAGIC_V2, OK_FRAME, error, response as response_frame,
+)
+from nsqmp.protocol.names import is_valid_name
+
+log = logging.getLogger("nsqmp.acceptor")
+
+STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
+_MAX_LINE = 4096 + 128
+_U32 = struct.Struct(">i")
+
+
+class NeedMore(Exception):
+    """The buffer does not yet hold the whole command."""
+
+
+class V2Connection(asyncio.Protocol):
+    def __init__(self, server) -> None:
+        self.server = server
+        self.opts = server.opts
+        self.conn = server.new_conn_id()
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.magic_ok = False
+        self.state = STATE_INIT
+        self.settings = ClientSettings()
+        self.topic: bytes = b""
+        self.channel: bytes = b""
+        self.router = -1
+        self.rdy = 0
+        self.remote = ""
+        self.connect_ts = int(time.time())
+        self.last_read = time.monotonic()
+        self._heartbeat: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.paused = False
+
+    # -- transport callbacks ---------------------------------------------------
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.remote = f"{peer[0]}:{peer[1]}"
+        host = str(peer[0])
+        self.settings.client_id = host
+        self.settings.hostname = host
+        self.server.connections[self.conn] = self
+        self._arm_heartbeat()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.last_read = time.monotonic()
+        self._process()
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        self.server.connections.pop(self.conn, None)
+        if self.router >= 0:
+            self.server.endpoint.send(self.router, records.CONN.pack(records.GONE, self.conn))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+
+    # -- output ----------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def send_error(self, err: ClientError) -> None:
+        self.write(error(err.wire))
+        if err.fatal:
+            self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    # -- heartbeats: one per interval; two missed intervals of silence close ---------
+    def _arm_heartbeat(self) -> None:
+        interval = self.settings.heartbeat_interval_ms
+        if interval <= 0 or self.closed:
+            return
+        self._heartbeat = self.server.loop.call_later(interval / 1000, self._beat)
+
+    def _beat(self) -> None:
+        interval = self.settings.heartbeat_interval_ms / 1000
+        if time.monotonic() - self.last_read > 2 * interval:
+            log.info("%s: no command for two heartbeat intervals, closing", self.remote)
+            self.close()
+            return
+        self.write(HEARTBEAT_FRAME)
+        self._arm_heartbeat()
+
+    # -- parsing ---------------------------------------------------------------
+    def _process(self) -> None:
+        buf = self.buf
+        if not self.magic_ok:
+            if len(buf) < 4:
+                return
+            if bytes(buf[:4]) != MAGIC_V2:
+                self.write(error(b"E_BAD_PROTOCOL"))
+                self.close()
+                return
+            self.magic_ok = True
+            del buf[:4]
+        pos = 0
+        try:
+            while not self.closed:
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    if len(buf) - pos > _MAX_LINE:
+                        raise FatalClientError(E.E_INVALID, "command line too long")
+                    break
+                line = bytes(buf[pos:nl])
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                params = line.split(b" ")
+                handler = COMMANDS.get(params[0])
+                if handler is None:
+                    raise FatalClientError(E.E_INVALID, f"invalid command {params[0].decode(errors='replace')}")
+                try:
+                    end = handler(self, params, buf, nl + 1)
+                except NeedMore:
+                    break
+                except FatalClientError:
+                    raise
+                except ClientError as err:
+                    # a non-fatal error consumed its command (they carry no body)
+                    pos = nl + 1
+                    self.send_error(err)
+                    continue
+                pos = end
+        except FatalClientError as err:
+            self.send_error(err)
+            return
+        if pos:
+            del buf[:pos]
+
+    def _body(self, buf: bytearray, start: int, limit_check: Callable[[int], None]) -> tuple[bytes, int]:
+        """The [size][bytes] body after a command line; NeedMore until it is all here."""
+        if len(buf) < start + 4:
+            raise NeedMore
+        (size,) = _U32.unpack_from(buf, start)
+        limit_check(size)
+        end = start + 4 + size
+        if len(buf) < end:
+            raise NeedMore
+        return bytes(buf[start + 4:end]), end
+
+    # -- commands --------------------------------------------------------------
+    def cmd_nop(self, params, buf, start) -> int:
+        return start
+
+    def cmd_identify(self, params, buf, start) -> int:
+        if self.state != STATE_INIT:
+            raise FatalClientError(E.E_INVALID, "cannot IDENTIFY in current state")
+
+        def check(size: int) -> None:
+            if size > self.opts.max_body_size:
+                raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY body too big {size} > {self.opts.max_body_size}")
+            if size <= 0:
+                raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY invalid body size {size}")
+
+        body, end = self._body(buf, start, check)
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise FatalClientError(E.E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
+        try:
+            negotiate(data, self.opts, self.settings)
+        except IdentifyError as exc:
+            raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY {exc}") from None
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        self._arm_heartbeat()
+        if self.settings.feature_negotiation:
+            self.write(response_frame(response(self.opts, self.settings)))
+        else:
+            self.write(OK_FRAME)
+        return end
+
+    def cmd_pub(self, params, buf, start) -> int:
+        if len(params) < 2:
+            raise FatalClientError(E.E_INVALID, "PUB insufficient number of parameters")
+        topic = params[1]
+        if not is_valid_name(topic):
+            raise FatalClientError(E.E_BAD_TOPIC, f"PUB topic name {_q(topic)} is not valid")
+        max_size = self.opts.max_msg_size
+
+        def check(size: int) -> None:
+            if size <= 0:
+                raise FatalClientError(E.E_BAD_MESSAGE, f"PUB invalid message body size {size}")
+            if size > max_size:
+                raise FatalClientError(E.E_BAD_MESSAGE, f"PUB message too big {size} > {max_size}")
+
+        body, end = self._body(buf, start, check)
+        self._publish(topic, [body], E.E_PUB_FAILED, "PUB")
+        return end
+
+    def cmd_mpub(self, params, buf, start) -> int:
+        if len(params) < 2:
+            raise FatalClientError(E.E_INVALID, "MPUB insufficient number of parameters")
+        topic = params[1]
+        if not is_valid_name(topic):
+            raise FatalClientError(E.E_BAD_TOPIC, f"E_BAD_TOPIC MPUB topic name {_q(topic)} is not valid")
+        max_body = self.opts.max_body_size
+
+        def check(size: int) -> None:
+            if size <= 0:
+                raise FatalClientError(E.E_BAD_BODY, f"MPUB invalid body size {size}")
+            if size > max_body:
+                raise FatalClientError(E.E_BAD_BODY, f"MPUB body too big {size} > {max_body}")
+
+        body, end = self._body(buf, start, check)
+        bodies = parse_mpub(body, self.opts.max_msg_size, max_body)
+        self._publish(topic, bodies, E.E_MPUB_FAILED, "MPUB")
+        return end
+
+    def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str) -> None:
+        try:
+            self.server.publisher.publish(topic, bodies)
+        except OSError as exc:
+            log.error("%s to %s failed: %s", cmd, topic.decode(), exc)
+            self.server.health_error(str(exc))
+            raise FatalClientError(code, f"{cmd} failed {exc.strerror or exc}") from None
+        self.server.health_ok()
+        self.write(OK_FRAME)
+        self.server.apply_backpressure(self)
+
+    def cmd_sub(self, params, buf, start) -> int:
+        if self.state != STATE_INIT:
+            raise FatalClientError(E.E_INVALID, "cannot SUB in current state")
+        if self.settings.heartbeat_interval_ms <= 0:
+            raise FatalClientError(E.E_INVALID, "cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise FatalClientError(E.E_INVALID, "SUB insufficient number of parameters")
+        topic, channel = params[1], params[2]
+        if not is_valid_name(topic):
+            raise FatalClientError(E.E_BAD_TOPIC, f"SUB topic name {_q(topic)} is not valid")
+        if not is_valid_name(channel):
+            raise FatalClientError(E.E_BAD_CHANNEL, f"SUB channel name {_q(channel)} is not valid")
+        self.topic, self.channel = topic, channel
+        self.router = self.server.router_slot(topic)
+        self.state = STATE_SUBSCRIBED
+        self.send_sub()
+        self.write(OK_FRAME)
+        return start
+
+    def send_sub(self) -> None:
+        """Tell the topic's router about this consumer (again, after a router restart)."""
+        s = self.settings
+        info = orjson.dumps({
+            "client_id": s.client_id, "hostname": s.hostname, "user_agent": s.user_agent,
+            "remote_address": self.remote, "connect_ts": self.connect_ts,
+            "msg_timeout": s.msg_timeout_ms, "sample_rate": s.sample_rate,
+            "acceptor": self.server.index,
+        })
+        ep = self.server.endpoint
+        ep.send(self.router, records.sub(self.conn, self.topic, self.channel, info))
+        if self.rdy:
+            ep.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, self.rdy))
+        if self.state == STATE_CLOSING:
+            ep.send(self.router, records.CONN.pack(records.CLS, self.conn))
+
+    def cmd_rdy(self, params, buf, start) -> int:
+        if self.state == STATE_CLOSING:
+            return start
+        if self.state != STATE_SUBSCRIBED:
+            raise FatalClientError(E.E_INVALID, "cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            raw = params[1]
+            if not raw.isdigit():
+                raise FatalClientError(E.E_INVALID, f"RDY could not parse count {raw.decode(errors='replace')}")
+            count = int(raw)
+        if count > self.opts.max_rdy_count:
+            raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{self.opts.max_rdy_count}")
+        self.rdy = count
+        self.server.endpoint.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
+        return start
+
+    def cmd_fin(self, params, buf, start) -> int:
+        if self.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
+            raise FatalClientError(E.E_INVALID, "cannot FIN in current state")
+        if len(params) < 2:
+            raise FatalClientError(E.E_INVALID, "FIN insufficient number of parameters")
+        msg_id = params[1]
+        if len(msg_id) != 16:
+            raise FatalClientError(E.E_INVALID, "Invalid Message ID")
+        self.server.endpoint.send(self.router, records.CONN_ID.pack(records.FIN, self.conn, msg_id))
+        return start
+
+    def cmd_cls(self, params, buf, start) -> int:
+        if self.state != STATE_SUBSCRIBED:
+            raise FatalClientError(E.E_INVALID, "cannot CLS in current state")
+        self.state = STATE_CLOSING
+        self.server.endpoint.send(self.router, records.CONN.pack(records.CLS, self.conn))
+        self.write(CLOSE_WAIT_FRAME)
+        return start
+
+
+def parse_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """Split an MPUB body; all messages are validated before any is accepted."""
+    if len(body) < 4:
+        raise FatalClientError(E.E_BAD_BODY, "MPUB failed to read message count")
+    (count,) = _U32.unpack_from(body, 0)
+    max_messages = (max_body_size - 4) // 5
+    if count <= 0 or count > max_messages:
+        raise FatalClientError(E.E_BAD_BODY, f"MPUB invalid message count {count}")
+    bodies = []
+    pos = 4
+    for _ in range(count):
+        if pos + 4 > len(body):
+            raise FatalClientError(E.E_BAD_MESSAGE, "MPUB failed to read message body size")
+        (size,) = _U32.unpack_from(body, pos)
+        if size <= 0:
+            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB invalid message body size {size}")
+        if size > max_msg_size:
+            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg_size}")
+        pos += 4
+        if pos + size > len(body):
+            raise FatalClientError(E.E_BAD_MESSAGE, "MPUB failed to read message body")
+        bodies.append(body[pos:pos + size])
+        pos += size
+    return bodies
+
+
+def _q(name: bytes) -> str:
+    """Go's %q of a name, enough for the names clients send."""
+    return '"' + name.decode(errors="replace").replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+COMMANDS: dict[bytes, Callable[..., int]] = {
+    b"IDENTIFY": V2Connection.cmd_identify,
+    b"PUB": V2Connection.cmd_pub,
+    b"MPUB": V2Connection.cmd_mpub,
+    b"SUB": V2Connection.cmd_sub,
+    b"RDY": V2Connection.cmd_rdy,
+    b"FIN": V2Connection.cmd_fin,
+    b"CLS": V2Connection.cmd_cls,
+    b"NOP": V2Connection.cmd_nop,
+}

@@ -1,0 +1,72 @@
+"""The control block: one shared-memory page the supervisor reads to watch its children.
+
+Layout (little-endian)::
+
+    0  magic 'NQCT' u32 | 4 version u16 | 6 slots u16 | 8..63 reserved
+    64 + 64 * slot:
+       +0 pid u32 | +4 generation u32 | +8 state u32 | +12 reserved u32
+       +16 heartbeat u64: CLOCK_MONOTONIC ns of the child's last beat
+
+A child writes only its own slot; the supervisor only reads (and resets a slot before it
+forks the slot's next incarnation). Aligned 8-byte stores are single writes on every CPU
+we run on, so a torn heartbeat cannot be read.
+"""
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+
+from nsqmp.ipc import shm
+
+MAGIC = 0x5443514E
+VERSION = 1
+HEAD = struct.Struct("<IHH")
+SLOT = struct.Struct("<IIIIQ")
+SLOT_BASE = 64
+SLOT_SIZE = 64
+
+BOOTING, READY, STOPPING = 0, 1, 2
+
+
+def size_for(slots: int) -> int:
+    return max(mmap.PAGESIZE, SLOT_BASE + SLOT_SIZE * slots)
+
+
+class ControlBlock:
+    def __init__(self, buf: mmap.mmap) -> None:
+        magic, version, slots = HEAD.unpack_from(buf, 0)
+        if magic != MAGIC or version != VERSION:
+            raise ValueError("not an nsqmp control block")
+        self.buf = buf
+        self.slots = slots
+
+    @classmethod
+    def create(cls, name: str, slots: int) -> "ControlBlock":
+        buf = shm.create(name, size_for(slots))
+        HEAD.pack_into(buf, 0, MAGIC, VERSION, slots)
+        return cls(buf)
+
+    @classmethod
+    def attach(cls, name: str) -> "ControlBlock":
+        return cls(shm.attach(name))
+
+    def reset(self, slot: int, generation: int) -> None:
+        SLOT.pack_into(self.buf, SLOT_BASE + SLOT_SIZE * slot, 0, generation, BOOTING, 0, 0)
+
+    def announce(self, slot: int, pid: int, generation: int, state: int) -> None:
+        SLOT.pack_into(self.buf, SLOT_BASE + SLOT_SIZE * slot, pid, generation, state, 0, time.monotonic_ns())
+
+    def beat(self, slot: int) -> None:
+        struct.pack_into("<Q", self.buf, SLOT_BASE + SLOT_SIZE * slot + 16, time.monotonic_ns())
+
+    def read(self, slot: int) -> tuple[int, int, int, int]:
+        """(pid, generation, state, heartbeat_ns) of a slot."""
+        pid, gen, state, _, hb = SLOT.unpack_from(self.buf, SLOT_BASE + SLOT_SIZE * slot)
+        return pid, gen, state, hb
+
+    def close(self) -> None:
+        try:
+            self.buf.close()
+        except BufferError:
+            pass

@@ -1,0 +1,219 @@
+"""The fixed graph of rings between the broker's processes.
+
+    acceptor i --a{i}r{j}--> router j --r{j}t--> timer
+    acceptor i <--r{j}a{i}-- router j <--tr{j}-- timer
+
+Every process slot (acceptors 0..N-1, routers N..N+R-1, the timer N+R) has one doorbell
+eventfd. The supervisor creates every ring segment and doorbell before forking; each child
+attaches to the rings it produces into and consumes from (an Endpoint). A restarted child
+attaches to the same rings and continues from the head and tail stored in them.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nsqmp.ipc import shm
+from nsqmp.ipc.doorbell import Doorbell
+from nsqmp.ipc.ring import Ring, ring_size
+
+log = logging.getLogger("nsqmp.ipc")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many of each role and the ring capacity; the names follow from it."""
+
+    run_pid: int
+    acceptors: int
+    routers: int
+    ring_capacity: int
+
+    @property
+    def slots(self) -> int:
+        return self.acceptors + self.routers + 1
+
+    def acceptor_slot(self, i: int) -> int:
+        return i
+
+    def router_slot(self, j: int) -> int:
+        return self.acceptors + j
+
+    @property
+    def timer_slot(self) -> int:
+        return self.acceptors + self.routers
+
+    def ring_names(self) -> list[str]:
+        names = []
+        for j in range(self.routers):
+            for i in range(self.acceptors):
+                names += [f"a{i}r{j}", f"r{j}a{i}"]
+            names += [f"r{j}t", f"tr{j}"]
+        return names
+
+    def shm_name(self, ring: str) -> str:
+        return shm.segment_name(self.run_pid, ring)
+
+    def inbound(self, slot: int) -> dict[int, str]:
+        """Rings this slot consumes, by producer slot."""
+        return {src: name for src, dst, name in self._edges() if dst == slot}
+
+    def outbound(self, slot: int) -> dict[int, str]:
+        """Rings this slot produces into, by consumer slot."""
+        return {dst: name for src, dst, name in self._edges() if src == slot}
+
+    def _edges(self) -> list[tuple[int, int, str]]:
+        edges = []
+        for j in range(self.routers):
+            r = self.router_slot(j)
+            for i in range(self.acceptors):
+                edges += [(i, r, f"a{i}r{j}"), (r, i, f"r{j}a{i}")]
+            edges += [(r, self.timer_slot, f"r{j}t"), (self.timer_slot, r, f"tr{j}")]
+        return edges
+
+
+def create_all(plan: Plan) -> list[str]:
+    """Supervisor: create and format every ring segment; returns the shm names."""
+    created = []
+    for ring in plan.ring_names():
+        name = plan.shm_name(ring)
+        buf = shm.create(name, ring_size(plan.ring_capacity))
+        Ring.format(buf, plan.ring_capacity)
+        buf.close()
+        created.append(name)
+    return created
+
+
+class Endpoint:
+    """One process's view of the mesh: batched sends, draining receives, doorbells.
+
+    Records sent during one event-loop tick are queued per peer and pushed in one
+    push_many at the end of the tick (one release store, at most one doorbell). When a
+    ring is full the records stay queued, the producer announces it is waiting, and the
+    consumer rings back when it has freed space; `backlog` lets the owner apply
+    backpressure (an acceptor stops reading from publishers).
+    """
+
+    def __init__(self, plan: Plan, slot: int, doorbells: list[Doorbell]) -> None:
+        self.plan = plan
+        self.slot = slot
+        self.doorbell = doorbells[slot]
+        self._doorbells = doorbells
+        self._bufs = []
+        self.out: dict[int, Ring] = {}
+        self.inp: dict[int, Ring] = {}
+        for dst, name in plan.outbound(slot).items():
+            self.out[dst] = self._attach(name)
+        for src, name in plan.inbound(slot).items():
+            self.inp[src] = self._attach(name)
+        self._pending: dict[int, list[bytes]] = {dst: [] for dst in self.out}
+        self._blocked: set[int] = set()
+        self._flush_scheduled = False
+        self._schedule: Callable[[Callable[[], None]], object] | None = None
+        self.on_unblocked: Callable[[], None] | None = None
+
+    def _attach(self, name: str) -> Ring:
+        buf = shm.attach(self.plan.shm_name(name))
+        self._bufs.append(buf)
+        return Ring(buf)
+
+    def bind_loop(self, schedule: Callable[[Callable[[], None]], object]) -> None:
+        """Give the endpoint a way to run a callback at the end of this tick (loop.call_soon)."""
+        self._schedule = schedule
+
+    # -- sending -------------------------------------------------------------
+    def send(self, dst: int, record: bytes) -> None:
+        self._pending[dst].append(record)
+        if not self._flush_scheduled and self._schedule is not None:
+            self._flush_scheduled = True
+            self._schedule(self.flush)
+
+    @property
+    def backlog(self) -> int:
+        """Records queued locally because a ring was full."""
+        return sum(len(p) for p in self._pending.values())
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        for dst, pending in self._pending.items():
+            if not pending:
+                continue
+            ring = self.out[dst]
+            written, wake = ring.push_many(pending)
+            if wake:
+                self._doorbells[dst].ring()
+            if written == len(pending):
+                pending.clear()
+                self._blocked.discard(dst)
+                continue
+            del pending[:written]
+            if len(pending[0]) > ring.max_record:
+                log.error("dropping a %d-byte record larger than the ring allows", len(pending[0]))
+                del pending[0]
+            self._blocked.add(dst)
+            if not ring.prepare_wait(len(pending[0]) if pending else 0):
+                # space appeared between the push and the announcement: try again soon
+                if self._schedule is not None and not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    self._schedule(self.flush)
+
+    # -- receiving -----------------------------------------------------------
+    def drain(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
+        """Pop what is waiting on every inbound ring and hand each record to handle()."""
+        total = 0
+        for src, ring in self.inp.items():
+            records = ring.pop_many(max_records)
+            if not records:
+                continue
+            total += len(records)
+            if ring.take_producer_wakeup():
+                self._doorbells[src].ring()
+            for record in records:
+                handle(src, record)
+        if self._blocked:
+            self.flush()
+            if not self._blocked and self.on_unblocked is not None:
+                self.on_unblocked()
+        return total
+
+    def prepare_sleep(self) -> bool:
+        """True when every inbound ring is empty and flagged, so the doorbell will wake us."""
+        ready = True
+        for ring in self.inp.values():
+            if not ring.prepare_sleep():
+                ready = False
+        return ready
+
+    def close(self) -> None:
+        self.out.clear()
+        self.inp.clear()
+        for buf in self._bufs:
+            try:
+                buf.close()
+            except BufferError:
+                pass
+        self._bufs.clear()
+
+
+def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None]) -> None:
+    """Run `handle` for every record arriving at this endpoint, inside an asyncio loop."""
+    endpoint.bind_loop(loop.call_soon)
+    state = {"scheduled": False}
+
+    def pump() -> None:
+        state["scheduled"] = False
+        endpoint.doorbell.clear()
+        endpoint.drain(handle)
+        if not endpoint.prepare_sleep() and not state["scheduled"]:
+            state["scheduled"] = True
+            loop.call_soon(pump)
+
+    def on_doorbell() -> None:
+        if not state["scheduled"]:
+            state["scheduled"] = True
+            loop.call_soon(pump)
+
+    loop.add_reader(endpoint.doorbell.fd, on_doorbell)
+    # records may have arrived before we attached (a restarted process): look once now
+    on_doorbell()

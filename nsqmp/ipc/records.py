@@ -1,0 +1,105 @@
+"""Records carried by the rings between processes.
+
+Every record starts with a one-byte kind; the rest is fixed-size fields (little-endian)
+followed by at most one variable part. Layouts, by kind::
+
+  acceptor -> router
+    PUBLISH  | kind u8 | seg_acceptor u16 | seg_seq u32 | offset u64 | count u32 | topic_len u8 | topic | segment records ...
+    SUB      | kind | conn u64 | topic_len u8 | topic | channel_len u8 | channel | client info (JSON)
+    RDY      | kind | conn u64 | count u32
+    FIN      | kind | conn u64 | id 16
+    REQ      | kind | conn u64 | delay_ms u32 | id 16
+    TOUCH    | kind | conn u64 | id 16
+    CLS      | kind | conn u64
+    GONE     | kind | conn u64                      (connection closed)
+    A_HELLO  | kind | acceptor u16 | generation u32 (a new acceptor incarnation)
+    CONTROL  | kind | req_id u32 | JSON request     (stats, create, delete, ...)
+  router -> acceptor
+    DELIVER  | kind | conn u64 | message frames, ready to write to the socket
+    CONN_ERR | kind | conn u64 | fatal u8 | error text
+    REPLY    | kind | req_id u32 | JSON reply
+    R_HELLO  | kind | router u16                    (router restarted: re-send SUB and RDY)
+  router -> timer
+    ARM      | kind | n x (token u64, deadline_ns i64)
+    DISARM   | kind | n x token u64
+  timer -> router
+    FIRE     | kind | n x token u64
+    T_HELLO  | kind                                 (timer restarted: re-send every ARM)
+
+The "segment records" of PUBLISH are byte-for-byte what the acceptor appended to its
+segment file (see nsqmp.diskqueue.segment), so the descriptor (segment, offset, count)
+and the copy agree by construction.
+
+A connection id (conn) is acceptor index << 56 | generation << 32 | local number, so a
+router can tell the connections of a dead acceptor incarnation from the live ones.
+"""
+from __future__ import annotations
+
+import struct
+
+PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
+DELIVER, CONN_ERR, REPLY, R_HELLO = range(20, 24)
+ARM, DISARM = 30, 31
+FIRE, T_HELLO = 40, 41
+
+MEMORY_ONLY = 0xFFFFFFFF  # seg_seq of a PUBLISH whose messages are in no file (#ephemeral)
+
+PUBLISH_HEAD = struct.Struct("<BHIQIB")
+CONN = struct.Struct("<BQ")
+CONN_U32 = struct.Struct("<BQI")
+CONN_ID = struct.Struct("<BQ16s")
+REQ_HEAD = struct.Struct("<BQI16s")
+HELLO_A = struct.Struct("<BHI")
+HELLO_R = struct.Struct("<BH")
+REQ_ID = struct.Struct("<BI")
+CONN_ERR_HEAD = struct.Struct("<BQB")
+TOKEN_DEADLINE = struct.Struct("<Qq")
+TOKEN = struct.Struct("<Q")
+
+
+def conn_id(acceptor: int, generation: int, number: int) -> int:
+    return (acceptor & 0xFF) << 56 | (generation & 0xFFFFFF) << 32 | (number & 0xFFFFFFFF)
+
+
+def conn_acceptor(conn: int) -> int:
+    return conn >> 56
+
+
+def conn_generation(conn: int) -> int:
+    return (conn >> 32) & 0xFFFFFF
+
+
+def publish(seg_acceptor: int, seg_seq: int, offset: int, count: int, topic: bytes, blob: bytes) -> bytes:
+    return PUBLISH_HEAD.pack(PUBLISH, seg_acceptor, seg_seq, offset, count, len(topic)) + topic + blob
+
+
+def sub(conn: int, topic: bytes, channel: bytes, info: bytes) -> bytes:
+    return CONN.pack(SUB, conn) + bytes((len(topic),)) + topic + bytes((len(channel),)) + channel + info
+
+
+def unpack_sub(rec: bytes) -> tuple[int, bytes, bytes, bytes]:
+    _, conn = CONN.unpack_from(rec)
+    pos = CONN.size
+    tlen = rec[pos]
+    topic = rec[pos + 1: pos + 1 + tlen]
+    pos += 1 + tlen
+    clen = rec[pos]
+    channel = rec[pos + 1: pos + 1 + clen]
+    return conn, topic, channel, rec[pos + 1 + clen:]
+
+
+def tokens(kind: int, items: list[int]) -> bytes:
+    return bytes((kind,)) + struct.pack(f"<{len(items)}Q", *items)
+
+
+def unpack_tokens(rec: bytes) -> tuple[int, ...]:
+    return struct.unpack_from(f"<{(len(rec) - 1) // 8}Q", rec, 1)
+
+
+def arm(items: list[tuple[int, int]]) -> bytes:
+    flat = [v for pair in items for v in pair]
+    return bytes((ARM,)) + struct.pack("<" + "Qq" * len(items), *flat)
+
+
+def unpack_arm(rec: bytes) -> list[tuple[int, int]]:
+    return list(TOKEN_DEADLINE.iter_unpack(memoryview(rec)[1:]))

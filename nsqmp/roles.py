@@ -1,0 +1,103 @@
+"""What every child role does the same way: process title, loop, heartbeat, signals.
+
+A role object is built in the supervisor with plain data only (build before fork); its
+run() executes in the child, creates the event loop, attaches shared memory and opens
+files (set up after fork), and the child ends in os._exit.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import signal
+
+import setproctitle
+import uvloop
+
+from nsqmp.ipc.control import READY, ControlBlock
+from nsqmp.ipc.doorbell import Doorbell
+from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
+
+BEAT_INTERVAL = 0.25
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us if the supervisor dies without stopping us."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+class Role:
+    """Base of acceptor, router and timer: subclasses fill in setup(), on_record(), stop()."""
+
+    title = "nsqmp role"
+
+    def __init__(self, opts, plan: Plan, slot: int, generation: int, doorbells: list[Doorbell],
+                 control_name: str) -> None:
+        self.opts = opts
+        self.plan = plan
+        self.slot = slot
+        self.generation = generation
+        self.doorbells = doorbells
+        self.control_name = control_name
+        self.log = logging.getLogger(f"nsqmp.{self.title.split()[1]}")
+        self.loop: asyncio.AbstractEventLoop
+        self.endpoint: Endpoint
+        self.control: ControlBlock
+        self._stopping = False
+
+    def run(self) -> int:
+        import os
+
+        die_with_parent()
+        setproctitle.setproctitle(self.title)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        self.loop = uvloop.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.control = ControlBlock.attach(self.control_name)
+        self.endpoint = Endpoint(self.plan, self.slot, self.doorbells)
+        self.setup()
+        attach_to_loop(self.loop, self.endpoint, self.on_record)
+        self.loop.add_signal_handler(signal.SIGTERM, self.begin_stop)
+        self.loop.add_signal_handler(signal.SIGINT, self.begin_stop)
+        self.control.announce(self.slot, os.getpid(), self.generation, READY)
+        self._beat()
+        self.started()
+        self.loop.run_forever()
+        self.endpoint.flush()
+        return 0
+
+    def _beat(self) -> None:
+        self.control.beat(self.slot)
+        self.loop.call_later(BEAT_INTERVAL, self._beat)
+
+    def begin_stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self.loop.create_task(self._stop())
+
+    async def _stop(self) -> None:
+        try:
+            await self.stop()
+        finally:
+            self.endpoint.flush()
+            self.loop.stop()
+
+    # -- for subclasses -------------------------------------------------------
+    def setup(self) -> None:
+        """Open files and servers; runs in the child before the first record."""
+
+    def started(self) -> None:
+        """Runs once the role is attached and announced (say hello to peers here)."""
+
+    def on_record(self, src: int, record: bytes) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """Graceful stop (SIGTERM)."""

@@ -1,0 +1,115 @@
+"""A channel: its queue, its consumers and the delivery state of every message it holds.
+
+One stored copy per message (a Message shared by every channel of the topic); what is
+per channel is the queue entry (message, attempts) and the in-flight record.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+class Message:
+    """A message as the router holds it; shared by every channel of its topic."""
+
+    __slots__ = ("id", "ts", "body", "segment")
+
+    def __init__(self, msg_id: bytes, ts: int, body: bytes, segment) -> None:
+        self.id = msg_id
+        self.ts = ts
+        self.body = body
+        self.segment = segment  # the Segment whose refs count this message, or None
+
+
+@dataclass(eq=False)
+class Consumer:
+    conn: int
+    channel: "Channel"
+    info: dict
+    rdy: int = 0
+    in_flight: int = 0
+    message_count: int = 0
+    finish_count: int = 0
+    requeue_count: int = 0
+    closing: bool = False
+
+    @property
+    def credit(self) -> int:
+        return 0 if self.closing else self.rdy - self.in_flight
+
+
+@dataclass(slots=True)
+class InFlight:
+    token: int
+    message: Message
+    attempts: int
+    consumer: Consumer
+    deadline: int
+
+
+@dataclass(eq=False)
+class Channel:
+    name: bytes
+    topic: "object"
+    ephemeral: bool = False
+    ready: deque = field(default_factory=deque)  # (Message, attempts delivered so far)
+    in_flight: dict = field(default_factory=dict)  # message id -> InFlight
+    consumers: dict = field(default_factory=dict)  # conn -> Consumer
+    paused: bool = False
+    message_count: int = 0
+    requeue_count: int = 0
+    timeout_count: int = 0
+    _rr: int = 0
+
+    def with_credit(self) -> list[Consumer]:
+        """Consumers that may take a message now, rotated so each gets its turn first."""
+        ready = [c for c in self.consumers.values() if c.credit > 0]
+        if len(ready) > 1:
+            self._rr = (self._rr + 1) % len(ready)
+            ready = ready[self._rr:] + ready[:self._rr]
+        return ready
+
+    def stats(self, include_clients: bool) -> dict:
+        clients = []
+        if include_clients:
+            for c in self.consumers.values():
+                info = c.info
+                clients.append({
+                    "client_id": info.get("client_id", ""),
+                    "hostname": info.get("hostname", ""),
+                    "version": "V2",
+                    "remote_address": info.get("remote_address", ""),
+                    "state": 4 if c.closing else 3,
+                    "ready_count": c.rdy,
+                    "in_flight_count": c.in_flight,
+                    "message_count": c.message_count,
+                    "finish_count": c.finish_count,
+                    "requeue_count": c.requeue_count,
+                    "connect_ts": info.get("connect_ts", 0),
+                    "sample_rate": info.get("sample_rate", 0),
+                    "deflate": False,
+                    "snappy": False,
+                    "user_agent": info.get("user_agent", ""),
+                    "tls": False,
+                    "tls_cipher_suite": "",
+                    "tls_version": "",
+                    "tls_negotiated_protocol": "",
+                    "tls_negotiated_protocol_is_mutual": False,
+                    "topology_zone": "",
+                    "topology_region": "",
+                    "nsqmp_acceptor": info.get("acceptor", -1),
+                })
+        return {
+            "channel_name": self.name.decode(),
+            "depth": len(self.ready),
+            "backend_depth": 0,
+            "in_flight_count": len(self.in_flight),
+            "deferred_count": 0,
+            "message_count": self.message_count,
+            "requeue_count": self.requeue_count,
+            "timeout_count": self.timeout_count,
+            "client_count": len(self.consumers),
+            "clients": clients,
+            "paused": self.paused,
+            "e2e_processing_latency": {"count": 0, "percentiles": None},
+        }

@@ -1,0 +1,305 @@
+"""The router process: owns its topics, their channels, consumers' credit and every
+message's delivery state. Everything arrives as ring records; nothing here touches a
+client socket.
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+import time
+
+import orjson
+
+from nsqmp.diskqueue.segment import iter_blob
+from nsqmp.ipc import records
+from nsqmp.protocol.frames import message_frame
+from nsqmp.router.channel import Channel, Consumer, InFlight, Message
+from nsqmp.router.topic import Topic
+from nsqmp.roles import Role
+
+_TS = struct.Struct(">q")
+
+
+class Router(Role):
+    def __init__(self, opts, plan, index: int, generation: int, doorbells, control_name: str) -> None:
+        super().__init__(opts, plan, plan.router_slot(index), generation, doorbells, control_name)
+        self.index = index
+        self.title = f"nsqmp router {index}"
+        self.topics: dict[bytes, Topic] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self.tokens: dict[int, InFlight] = {}
+        # tokens carry the incarnation so a timer entry of a dead router never matches ours
+        self._token_seq = itertools.count((generation & 0xFFFFFF) << 40 | 1)
+        self._dirty: set[Channel] = set()
+        self._deliver_scheduled = False
+        self._arms: list[tuple[int, int]] = []
+        self._disarms: list[int] = []
+        self.max_chunk = plan.ring_capacity // 4 - 64
+        self.handlers = {
+            records.PUBLISH: self.on_publish,
+            records.SUB: self.on_sub,
+            records.RDY: self.on_rdy,
+            records.FIN: self.on_fin,
+            records.CLS: self.on_cls,
+            records.GONE: self.on_gone,
+            records.A_HELLO: self.on_acceptor_hello,
+            records.CONTROL: self.on_control,
+            records.FIRE: self.on_fire,
+            records.T_HELLO: self.on_timer_hello,
+        }
+
+    def started(self) -> None:
+        hello = records.HELLO_R.pack(records.R_HELLO, self.index)
+        for i in range(self.plan.acceptors):
+            self.endpoint.send(self.plan.acceptor_slot(i), hello)
+
+    def on_record(self, src: int, rec: bytes) -> None:
+        handler = self.handlers.get(rec[0])
+        if handler is None:
+            self.log.error("unexpected record kind %d from slot %d", rec[0], src)
+            return
+        handler(src, rec)
+
+    # -- scheduling of the delivery pass ------------------------------------------------
+    def _mark(self, ch: Channel) -> None:
+        self._dirty.add(ch)
+        if not self._deliver_scheduled:
+            self._deliver_scheduled = True
+            self.loop.call_soon(self._deliver)
+
+    def _topic(self, name: bytes) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.topics[name] = Topic(name, self.opts.data_path, self.opts.mem_queue_size)
+        return topic
+
+    # -- publish ---------------------------------------------------------------------------
+    def on_publish(self, src: int, rec: bytes) -> None:
+        _, acceptor, seq, _offset, count, tlen = records.PUBLISH_HEAD.unpack_from(rec)
+        pos = records.PUBLISH_HEAD.size
+        topic = self._topic(rec[pos:pos + tlen])
+        seg = None if seq == records.MEMORY_ONLY else topic.segment(acceptor, seq)
+        msgs = []
+        nbytes = 0
+        for payload in iter_blob(memoryview(rec)[pos + tlen:]):
+            body = payload[26:]
+            msgs.append(Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg))
+            nbytes += len(body)
+        topic.message_count += len(msgs)
+        topic.message_bytes += nbytes
+        channels = list(topic.channels.values())
+        if not channels:
+            if topic.ephemeral:
+                room = max(0, topic.mem_queue_size - len(topic.backlog))
+                topic.dropped += max(0, len(msgs) - room)
+                msgs = msgs[:room]
+            topic.backlog.extend(msgs)
+            if seg is not None:
+                seg.refs += len(msgs)
+            return
+        for ch in channels:
+            if ch.ephemeral or topic.ephemeral:
+                room = max(0, topic.mem_queue_size - len(ch.ready))
+                take = msgs[:room]
+                topic.dropped += len(msgs) - len(take)
+            else:
+                take = msgs
+            ch.ready.extend((m, 0) for m in take)
+            ch.message_count += len(take)
+            if seg is not None:
+                seg.refs += len(take)
+            self._mark(ch)
+
+    # -- consumers -------------------------------------------------------------------------
+    def on_sub(self, src: int, rec: bytes) -> None:
+        conn, topic_name, channel_name, info = records.unpack_sub(rec)
+        old = self.consumers.get(conn)
+        if old is not None:
+            self._drop_consumer(old)
+        ch = self._topic(topic_name).get_channel(channel_name)
+        consumer = Consumer(conn, ch, orjson.loads(info))
+        ch.consumers[conn] = consumer
+        self.consumers[conn] = consumer
+
+    def on_rdy(self, src: int, rec: bytes) -> None:
+        _, conn, count = records.CONN_U32.unpack(rec)
+        c = self.consumers.get(conn)
+        if c is not None:
+            c.rdy = count
+            self._mark(c.channel)
+
+    def on_cls(self, src: int, rec: bytes) -> None:
+        _, conn = records.CONN.unpack(rec)
+        c = self.consumers.get(conn)
+        if c is not None:
+            c.closing = True
+
+    def on_gone(self, src: int, rec: bytes) -> None:
+        _, conn = records.CONN.unpack(rec)
+        c = self.consumers.get(conn)
+        if c is not None:
+            self._drop_consumer(c)
+
+    def on_acceptor_hello(self, src: int, rec: bytes) -> None:
+        """A new acceptor incarnation: the connections of the old one are gone."""
+        _, acceptor, generation = records.HELLO_A.unpack(rec)
+        for c in list(self.consumers.values()):
+            if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
+                self._drop_consumer(c)
+
+    def _drop_consumer(self, c: Consumer) -> None:
+        """Forget a consumer and requeue what it had in flight at once."""
+        self.consumers.pop(c.conn, None)
+        ch = c.channel
+        ch.consumers.pop(c.conn, None)
+        mine = [inf for inf in ch.in_flight.values() if inf.consumer is c]
+        for inf in mine:
+            del ch.in_flight[inf.message.id]
+            self.tokens.pop(inf.token, None)
+            self._disarms.append(inf.token)
+            ch.ready.appendleft((inf.message, inf.attempts))
+            ch.requeue_count += 1
+        if mine:
+            self._mark(ch)
+            self._flush_timer_soon()
+        if ch.ephemeral and not ch.consumers:
+            self._delete_channel(ch)
+
+    def _delete_channel(self, ch: Channel) -> None:
+        topic = ch.topic
+        topic.channels.pop(ch.name, None)
+        for m, _ in ch.ready:
+            if m.segment is not None:
+                topic.release(m.segment)
+        for inf in ch.in_flight.values():
+            self.tokens.pop(inf.token, None)
+            self._disarms.append(inf.token)
+            if inf.message.segment is not None:
+                topic.release(inf.message.segment)
+        ch.ready.clear()
+        ch.in_flight.clear()
+        self._dirty.discard(ch)
+        if topic.ephemeral and not topic.channels:
+            self.topics.pop(topic.name, None)
+
+    def _error(self, conn: int, fatal: bool, text: str) -> None:
+        self.endpoint.send(records.conn_acceptor(conn),
+                           records.CONN_ERR_HEAD.pack(records.CONN_ERR, conn, fatal) + text.encode())
+
+    def on_fin(self, src: int, rec: bytes) -> None:
+        _, conn, msg_id = records.CONN_ID.unpack(rec)
+        c = self.consumers.get(conn)
+        inf = c.channel.in_flight.get(msg_id) if c is not None else None
+        if inf is None or inf.consumer is not c:
+            why = "ID not in flight" if inf is None else "client does not own message"
+            self._error(conn, False, f"E_FIN_FAILED FIN {msg_id.decode(errors='replace')} failed {why}")
+            return
+        ch = c.channel
+        del ch.in_flight[msg_id]
+        self.tokens.pop(inf.token, None)
+        self._disarms.append(inf.token)
+        c.in_flight -= 1
+        c.finish_count += 1
+        if inf.message.segment is not None:
+            ch.topic.release(inf.message.segment)
+        self._mark(ch)
+        self._flush_timer_soon()
+
+    # -- deadlines -------------------------------------------------------------------------
+    def on_fire(self, src: int, rec: bytes) -> None:
+        for token in records.unpack_tokens(rec):
+            inf = self.tokens.pop(token, None)
+            if inf is None:
+                continue
+            c = inf.consumer
+            ch = c.channel
+            ch.in_flight.pop(inf.message.id, None)
+            c.in_flight -= 1
+            ch.timeout_count += 1
+            ch.ready.append((inf.message, inf.attempts))
+            self._mark(ch)
+
+    def on_timer_hello(self, src: int, rec: bytes) -> None:
+        """A new timer knows nothing: give it every deadline again."""
+        self._arms.extend((inf.token, inf.deadline) for inf in self.tokens.values())
+        self._flush_timer_soon()
+
+    def _flush_timer_soon(self) -> None:
+        if not self._deliver_scheduled:
+            self._deliver_scheduled = True
+            self.loop.call_soon(self._deliver)
+
+    def _flush_timer(self) -> None:
+        timer = self.plan.timer_slot
+        step = max(1, self.max_chunk // 16)
+        while self._arms:
+            chunk, self._arms = self._arms[:step], self._arms[step:]
+            self.endpoint.send(timer, records.arm(chunk))
+        step = max(1, self.max_chunk // 8)
+        while self._disarms:
+            chunk, self._disarms = self._disarms[:step], self._disarms[step:]
+            self.endpoint.send(timer, records.tokens(records.DISARM, chunk))
+
+    # -- delivery ----------------------------------------------------------------------------
+    def _deliver(self) -> None:
+        """Hand ready messages to consumers with credit, many frames per ring record."""
+        self._deliver_scheduled = False
+        now = time.monotonic_ns()
+        out: dict[int, list[bytes]] = {}
+        for ch in self._dirty:
+            if ch.paused or ch.topic.paused or not ch.ready:
+                continue
+            ready = ch.ready
+            for c in ch.with_credit():
+                n = min(c.credit, len(ready))
+                frames = out.setdefault(c.conn, [])
+                deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
+                for _ in range(n):
+                    m, attempts = ready.popleft()
+                    attempts += 1
+                    token = next(self._token_seq)
+                    inf = InFlight(token, m, attempts, c, deadline)
+                    ch.in_flight[m.id] = inf
+                    self.tokens[token] = inf
+                    self._arms.append((token, deadline))
+                    frames.append(message_frame(m.ts, attempts, m.id, m.body))
+                c.in_flight += n
+                c.message_count += n
+                if not ready:
+                    break
+        self._dirty.clear()
+        for conn, frames in out.items():
+            self._send_frames(conn, frames)
+        self._flush_timer()
+
+    def _send_frames(self, conn: int, frames: list[bytes]) -> None:
+        dst = self.plan.acceptor_slot(records.conn_acceptor(conn))
+        head = records.CONN.pack(records.DELIVER, conn)
+        batch: list[bytes] = []
+        size = 0
+        for f in frames:
+            if batch and size + len(f) > self.max_chunk:
+                self.endpoint.send(dst, head + b"".join(batch))
+                batch, size = [], 0
+            batch.append(f)
+            size += len(f)
+        if batch:
+            self.endpoint.send(dst, head + b"".join(batch))
+
+    # -- control requests from acceptors ---------------------------------------------------------
+    def on_control(self, src: int, rec: bytes) -> None:
+        _, req_id = records.REQ_ID.unpack_from(rec)
+        request = orjson.loads(rec[records.REQ_ID.size:])
+        reply: dict = {}
+        if request.get("op") == "stats":
+            want = request.get("topic")
+            reply["topics"] = [
+                t.stats(request.get("channel"), request.get("include_clients", True))
+                for name, t in self.topics.items() if want is None or name.decode() == want
+            ]
+        else:
+            reply["error"] = "unknown op"
+        self.endpoint.send(src, records.REQ_ID.pack(records.REPLY, req_id) + orjson.dumps(reply))
+
+    async def stop(self) -> None:
+        """Nothing to hand over yet: durable recovery reads the segments (durability work)."""

@@ -1,0 +1,92 @@
+"""A topic: its channels, the messages waiting for a first channel, and its segment files.
+
+Segment accounting: each message counts once per channel that still has to finish it (or
+once while it waits in the topic for a first channel). A segment file whose count is zero
+and that its acceptor has rolled past (a later segment of the same acceptor was seen) is
+deleted: every channel is done with it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+
+from nsqmp.diskqueue.segment import segment_path
+from nsqmp.protocol.names import is_ephemeral
+from nsqmp.router.channel import Channel
+
+log = logging.getLogger("nsqmp.router")
+
+
+class Segment:
+    __slots__ = ("acceptor", "seq", "refs", "path")
+
+    def __init__(self, acceptor: int, seq: int, path: str) -> None:
+        self.acceptor = acceptor
+        self.seq = seq
+        self.refs = 0
+        self.path = path
+
+
+class Topic:
+    def __init__(self, name: bytes, data_path: str, mem_queue_size: int) -> None:
+        self.name = name
+        self.ephemeral = is_ephemeral(name)
+        self.dir = os.path.join(data_path, name.decode())
+        self.mem_queue_size = mem_queue_size
+        self.channels: dict[bytes, Channel] = {}
+        self.backlog: deque = deque()  # messages published before any channel existed
+        self.segments: dict[tuple[int, int], Segment] = {}
+        self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
+        self.message_count = 0
+        self.message_bytes = 0
+        self.dropped = 0
+        self.paused = False
+
+    def segment(self, acceptor: int, seq: int) -> Segment:
+        key = (acceptor, seq)
+        seg = self.segments.get(key)
+        if seg is None:
+            seg = self.segments[key] = Segment(acceptor, seq, segment_path(self.dir, acceptor, seq))
+            if seq > self.latest_seq.get(acceptor, -1):
+                self.latest_seq[acceptor] = seq
+                # the acceptor rolled: older finished segments can go now
+                for old in [s for s in self.segments.values() if s.acceptor == acceptor and s.seq < seq]:
+                    self.release(old, 0)
+        return seg
+
+    def release(self, seg: Segment, count: int = 1) -> None:
+        seg.refs -= count
+        if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
+            del self.segments[(seg.acceptor, seg.seq)]
+            try:
+                os.unlink(seg.path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.error("cannot delete finished segment %s: %s", seg.path, exc)
+
+    def get_channel(self, name: bytes) -> Channel:
+        """The channel, created if missing; the first channel adopts the topic's backlog."""
+        ch = self.channels.get(name)
+        if ch is None:
+            ch = self.channels[name] = Channel(name, self, ephemeral=is_ephemeral(name))
+            if len(self.channels) == 1 and self.backlog:
+                ch.ready.extend((m, 0) for m in self.backlog)
+                ch.message_count += len(self.backlog)
+                self.backlog.clear()
+        return ch
+
+    def stats(self, channel: str | None, include_clients: bool) -> dict:
+        chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]
+        depth = len(self.backlog)
+        return {
+            "topic_name": self.name.decode(),
+            "channels": [c.stats(include_clients) for c in chans],
+            "depth": depth,
+            "backend_depth": 0,
+            "message_count": self.message_count,
+            "message_bytes": self.message_bytes,
+            "paused": self.paused,
+            "e2e_processing_latency": {"count": 0, "percentiles": None},
+        }

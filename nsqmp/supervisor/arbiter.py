@@ -1,0 +1,320 @@
+"""The supervisor: builds everything shared, forks the roles, watches them, stops them.
+
+One loop, no event loop and no threads: signal handlers only queue the signal (and wake
+the loop through the wakeup fd); the loop reaps children, respawns the dead, kills the
+hung (stale heartbeat in the control block) and performs the stop sequence.
+
+Start order: routers and the timer first, then the acceptors, so a client never reaches
+an acceptor whose routers are not there. A child that dies before it announced READY is a
+boot failure: the supervisor halts instead of respawning forever.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import setproctitle
+
+from nsqmp.acceptor.role import Acceptor
+from nsqmp.ipc import control, mesh, shm
+from nsqmp.ipc.doorbell import Doorbell
+from nsqmp.router.role import Router
+from nsqmp.supervisor.listeners import ListenError, bind_group
+from nsqmp.timer.role import Timer
+
+log = logging.getLogger("nsqmp.supervisor")
+
+BOOT_TIMEOUT = 15.0
+STOP_TIMEOUT = 15.0
+# more deaths than this within the window means something is badly wrong: halt
+RESPAWN_LIMIT = 20
+RESPAWN_WINDOW = 60.0
+
+
+class BootError(Exception):
+    """Start-up cannot go on; the message is one line for the operator."""
+
+
+@dataclass
+class Child:
+    slot: int
+    kind: str
+    index: int
+    generation: int = 0
+    pid: int = 0
+    started: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.index}" if self.kind != "timer" else "timer"
+
+
+class Supervisor:
+    def __init__(self, opts) -> None:
+        self.opts = opts
+        self.children: dict[int, Child] = {}
+        self.by_pid: dict[int, Child] = {}
+        self.signals: list[int] = []
+        self.deaths: list[float] = []
+        self.stopping = False
+        self.shm_names: list[str] = []
+        self.exit_code = 0
+
+    # -- start -------------------------------------------------------------------------
+    def run(self) -> int:
+        setproctitle.setproctitle("nsqmp supervisor")
+        try:
+            self._prepare()
+        except BootError as exc:
+            log.error("%s", exc)
+            self._cleanup()
+            return 1
+        try:
+            self._boot()
+            self._loop()
+        except BootError as exc:
+            log.error("%s", exc)
+            self.exit_code = 1
+            self._stop_children()
+        finally:
+            self._cleanup()
+        return self.exit_code
+
+    def _prepare(self) -> None:
+        opts = self.opts
+        shm.remove_stale()
+        self._lock_data_path(opts.data_path)
+        try:
+            self.tcp_socks = bind_group("TCP", opts.tcp_address, opts.acceptors)
+            self.http_socks = bind_group("HTTP", opts.http_address, opts.acceptors) if opts.http_address else []
+        except ListenError as exc:
+            raise BootError(str(exc)) from None
+        self.plan = mesh.Plan(os.getpid(), opts.acceptors, opts.routers, opts.ring_size)
+        try:
+            self.shm_names = mesh.create_all(self.plan)
+            self.control_name = shm.segment_name(os.getpid(), "control")
+            self.control = control.ControlBlock.create(self.control_name, self.plan.slots)
+            self.shm_names.append(self.control_name)
+        except OSError as exc:
+            raise BootError(f"cannot create shared memory: {exc}") from None
+        self.doorbells = [Doorbell() for _ in range(self.plan.slots)]
+        log.info("TCP: listening on %s:%d", *self.tcp_socks[0].getsockname()[:2])
+        if self.http_socks:
+            log.info("HTTP: listening on %s:%d", *self.http_socks[0].getsockname()[:2])
+        self.wakeup_r, self.wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self.wakeup_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, self._queue_signal)
+
+    def _lock_data_path(self, path: str) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+            probe = os.path.join(path, ".nsqmp-write-test")
+            with open(probe, "w") as f:
+                f.write("ok")
+            os.unlink(probe)
+            self._lock_fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise BootError(f"data path {path!r} is not writable: {exc.strerror}") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise BootError(f"data path {path!r} is in use by another nsqmp or nsqd") from None
+            raise BootError(f"cannot lock data path {path!r}: {exc.strerror}") from None
+
+    def _queue_signal(self, signum, frame) -> None:
+        self.signals.append(signum)
+
+    def _boot(self) -> None:
+        plan = self.plan
+        for j in range(plan.routers):
+            self.children[plan.router_slot(j)] = Child(plan.router_slot(j), "router", j)
+        self.children[plan.timer_slot] = Child(plan.timer_slot, "timer", 0)
+        for i in range(plan.acceptors):
+            self.children[plan.acceptor_slot(i)] = Child(plan.acceptor_slot(i), "acceptor", i)
+        order = [c for c in self.children.values() if c.kind != "acceptor"]
+        order += [c for c in self.children.values() if c.kind == "acceptor"]
+        backend = [c for c in order if c.kind != "acceptor"]
+        for child in backend:
+            self._spawn(child)
+        self._wait_ready(backend)
+        front = [c for c in order if c.kind == "acceptor"]
+        for child in front:
+            self._spawn(child)
+        self._wait_ready(front)
+        log.info("nsqmp ready: %d acceptors, %d routers, 1 timer", plan.acceptors, plan.routers)
+
+    def _wait_ready(self, children: list[Child]) -> None:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        pending = {c.slot for c in children}
+        while pending:
+            self._reap(booting=True)
+            for slot in list(pending):
+                _, gen, state, _ = self.control.read(slot)
+                if state == control.READY and gen == self.children[slot].generation:
+                    pending.discard(slot)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(self.children[s].name for s in sorted(pending))
+                raise BootError(f"{names} did not start within {BOOT_TIMEOUT:.0f}s")
+            if self.signals and any(s in (signal.SIGTERM, signal.SIGINT) for s in self.signals):
+                raise BootError("stopped during start-up")
+            time.sleep(0.01)
+
+    # -- children ----------------------------------------------------------------------------
+    def _make_role(self, child: Child):
+        opts, plan = self.opts, self.plan
+        if child.kind == "acceptor":
+            http = self.http_socks[child.index] if self.http_socks else None
+            return Acceptor(opts, plan, child.index, child.generation, self.doorbells, self.control_name,
+                            self.tcp_socks[child.index], http)
+        if child.kind == "router":
+            return Router(opts, plan, child.index, child.generation, self.doorbells, self.control_name)
+        return Timer(opts, plan, child.generation, self.doorbells, self.control_name)
+
+    def _spawn(self, child: Child) -> None:
+        child.generation += 1
+        self.control.reset(child.slot, child.generation)
+        role = self._make_role(child)
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 0
+            try:
+                signal.set_wakeup_fd(-1)
+                os.close(self.wakeup_r)
+                os.close(self.wakeup_w)
+                self._close_foreign_sockets(child)
+                code = role.run()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                logging.getLogger("nsqmp").exception("%s crashed", child.name)
+                code = 3
+            finally:
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        child.pid = pid
+        child.started = time.monotonic()
+        self.by_pid[pid] = child
+        log.info("spawned %s (pid %d, generation %d)", child.name, pid, child.generation)
+
+    def _close_foreign_sockets(self, child: Child) -> None:
+        keep = set()
+        if child.kind == "acceptor":
+            keep.add(self.tcp_socks[child.index].fileno())
+            if self.http_socks:
+                keep.add(self.http_socks[child.index].fileno())
+        for s in self.tcp_socks + self.http_socks:
+            if s.fileno() not in keep:
+                s.close()
+
+    def _reap(self, booting: bool = False) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.by_pid.pop(pid, None)
+            if child is None:
+                continue
+            child.pid = 0
+            code = os.waitstatus_to_exitcode(status)
+            if self.stopping:
+                log.info("%s exited (%s)", child.name, _describe(code))
+                continue
+            _, gen, state, _ = self.control.read(child.slot)
+            if booting or state != control.READY or gen != child.generation:
+                raise BootError(f"{child.name} failed to start ({_describe(code)}); see the log above")
+            log.warning("%s (pid %d) died: %s; starting a replacement", child.name, pid, _describe(code))
+            now = time.monotonic()
+            self.deaths = [t for t in self.deaths if now - t < RESPAWN_WINDOW] + [now]
+            if len(self.deaths) > RESPAWN_LIMIT:
+                raise BootError(f"{len(self.deaths)} processes died within {RESPAWN_WINDOW:.0f}s; halting")
+            self._spawn(child)
+            self._wait_ready([child])
+
+    def _check_heartbeats(self) -> None:
+        limit = int(self.opts.heartbeat_timeout * 1e9)
+        now = time.monotonic_ns()
+        for child in self.children.values():
+            if not child.pid:
+                continue
+            _, gen, state, beat = self.control.read(child.slot)
+            if state == control.READY and gen == child.generation and now - beat > limit:
+                log.error("%s (pid %d) missed its heartbeat for %.1fs; killing it",
+                          child.name, child.pid, (now - beat) / 1e9)
+                try:
+                    os.kill(child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self.stopping:
+            try:
+                select.select([self.wakeup_r], [], [], 0.25)
+            except InterruptedError:
+                pass
+            try:
+                while os.read(self.wakeup_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+            while self.signals:
+                sig = self.signals.pop(0)
+                if sig in (signal.SIGTERM, signal.SIGINT):
+                    log.info("received %s: stopping", signal.Signals(sig).name)
+                    self._stop_children()
+                    return
+            self._reap()
+            self._check_heartbeats()
+
+    def _stop_children(self) -> None:
+        """Acceptors first (they stop taking traffic), then routers, then the timer."""
+        self.stopping = True
+        for kinds in (("acceptor",), ("router", "timer")):
+            group = [c for c in self.children.values() if c.kind in kinds and c.pid]
+            for c in group:
+                try:
+                    os.kill(c.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while any(c.pid for c in group) and time.monotonic() < deadline:
+                self._reap()
+                time.sleep(0.02)
+            for c in group:
+                if c.pid:
+                    log.error("%s did not stop in time; killing it", c.name)
+                    try:
+                        os.kill(c.pid, signal.SIGKILL)
+                        os.waitpid(c.pid, 0)
+                    except (ProcessLookupError, ChildProcessError):
+                        pass
+                    c.pid = 0
+
+    def _cleanup(self) -> None:
+        for name in self.shm_names:
+            shm.unlink(name)
+        self.shm_names = []
+        for s in getattr(self, "tcp_socks", []) + getattr(self, "http_socks", []):
+            s.close()
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"

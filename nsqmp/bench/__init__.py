@@ -1,0 +1,1 @@
+"""Load generators: `nsqmp bench writer|reader|ring`."""

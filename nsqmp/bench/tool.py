@@ -1,0 +1,138 @@
+"""`nsqmp bench writer` and `nsqmp bench reader`, after nsq's bench_writer/bench_reader.
+
+Each connection runs in its own process (a blocking socket, no event loop) so the client
+is not what limits the broker on a small machine. The writer sends one pre-encoded MPUB
+(or PUB when --batch-size is 1) and waits for its OK, like bench_writer; the reader sends
+RDY 2500 and a FIN for every message, like bench_reader. Prints one line in nsq's format
+and, with --json, a JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import orjson
+
+from nsqmp.client import wire
+from nsqmp.client.sync import Connection
+
+
+def _parser(kind: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"nsqmp bench {kind}")
+    p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150")
+    p.add_argument("--topic", default="sub_bench")
+    p.add_argument("--runfor", type=float, default=10.0, help="seconds")
+    p.add_argument("--size", type=int, default=200, help="message size (bytes)")
+    p.add_argument("--conns", type=int, default=1 if kind == "writer" else 2)
+    p.add_argument("--json", action="store_true", help="print a JSON result line too")
+    if kind == "writer":
+        p.add_argument("--batch-size", type=int, default=200, help="messages per MPUB; 1 means PUB")
+    else:
+        p.add_argument("--channel", default="ch")
+        p.add_argument("--rdy", type=int, default=2500)
+        p.add_argument("--max-messages", type=int, default=0, help="stop after this many (0: run for --runfor)")
+    return p
+
+
+def _writer(args, start_at: float, out) -> None:
+    conn = Connection.connect(args.nsqd_tcp_address, timeout=30)
+    body = b"a" * args.size
+    if args.batch_size == 1:
+        cmd = wire.pub(args.topic, body)
+    else:
+        cmd = wire.mpub(args.topic, [body] * args.batch_size)
+    sock = conn.sock
+    ok = wire.FRAME_RESPONSE
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = start_at + args.runfor
+    count = 0
+    while time.time() < end:
+        sock.sendall(cmd)
+        frame = conn.read_frame()
+        if frame.type != ok or frame.data != b"OK":
+            raise SystemExit(f"publish failed: {frame.data!r}")
+        count += args.batch_size
+    out.send((count, time.time() - start_at))
+    conn.close()
+
+
+def _reader(args, start_at: float, out) -> None:
+    conn = Connection.connect(args.nsqd_tcp_address, timeout=30)
+    conn.identify(client_id=f"bench-{os.getpid()}")
+    conn.send(wire.sub(args.topic, args.channel))
+    conn.expect_ok()
+    while time.time() < start_at:
+        time.sleep(0.001)
+    conn.send(wire.rdy(args.rdy))
+    sock = conn.sock
+    sock.settimeout(1.0)
+    reader = conn.reader
+    end = start_at + args.runfor
+    count = 0
+    limit = args.max_messages
+    last = time.time()
+    while time.time() < end and not (limit and count >= limit):
+        try:
+            data = sock.recv(1 << 20)
+        except TimeoutError:
+            continue
+        if not data:
+            break
+        fins = []
+        for ftype, payload in reader.feed(data):
+            if ftype == wire.FRAME_MESSAGE:
+                fins.append(b"FIN " + payload[10:26] + b"\n")
+            elif payload == b"_heartbeat_":
+                fins.append(wire.NOP)
+        if fins:
+            count += len(fins)
+            last = time.time()
+            sock.sendall(b"".join(fins))
+    out.send((count, (last if limit else time.time()) - start_at))
+    conn.close()
+
+
+def run(kind: str, args) -> dict:
+    ctx = mp.get_context("fork")
+    start_at = time.time() + 0.5
+    pipes, procs = [], []
+    target = _writer if kind == "writer" else _reader
+    for _ in range(args.conns):
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=target, args=(args, start_at, send), daemon=True)
+        p.start()
+        pipes.append(recv)
+        procs.append(p)
+    total, duration = 0, 0.0
+    for recv, p in zip(pipes, procs):
+        if recv.poll(args.runfor + 60):
+            count, took = recv.recv()
+            total += count
+            duration = max(duration, took)
+        p.join(10)
+        if p.exitcode not in (0, None):
+            raise SystemExit(f"a {kind} connection failed (exit code {p.exitcode})")
+    duration = duration or args.runfor
+    rate = total / duration
+    return {
+        "kind": kind, "conns": args.conns, "size": args.size,
+        "batch_size": getattr(args, "batch_size", None),
+        "messages": total, "seconds": round(duration, 3),
+        "msgs_per_sec": round(rate, 1), "mb_per_sec": round(rate * args.size / 1e6, 3),
+    }
+
+
+def main(argv: list[str]) -> int:
+    kind = argv[0]
+    args = _parser(kind).parse_args(argv[1:])
+    result = run(kind, args)
+    ops = result["msgs_per_sec"]
+    print(f"[bench_{kind}] {time.strftime('%Y/%m/%d %H:%M:%S')} duration: {result['seconds']}s - "
+          f"{result['mb_per_sec']:.3f}mb/s - {ops:.3f}ops/s - {1e6 / ops if ops else 0:.3f}us/op")
+    if args.json:
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    return 0

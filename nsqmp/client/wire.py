@@ -1,0 +1,98 @@
+"""Client side of the NSQ TCP protocol V2: command encoding and frame decoding."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import orjson
+
+MAGIC = b"  V2"
+FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2
+_I32 = struct.Struct(">i")
+_FRAME = struct.Struct(">ii")
+_MSG = struct.Struct(">qH16s")
+
+
+@dataclass
+class Message:
+    id: bytes
+    timestamp: int
+    attempts: int
+    body: bytes
+
+
+def identify(data: dict) -> bytes:
+    body = orjson.dumps(data)
+    return b"IDENTIFY\n" + _I32.pack(len(body)) + body
+
+
+def pub(topic: str | bytes, body: bytes) -> bytes:
+    return b"PUB " + _b(topic) + b"\n" + _I32.pack(len(body)) + body
+
+
+def mpub(topic: str | bytes, bodies: list[bytes]) -> bytes:
+    parts = [_I32.pack(len(bodies))]
+    for body in bodies:
+        parts.append(_I32.pack(len(body)))
+        parts.append(body)
+    payload = b"".join(parts)
+    return b"MPUB " + _b(topic) + b"\n" + _I32.pack(len(payload)) + payload
+
+
+def dpub(topic: str | bytes, defer_ms: int, body: bytes) -> bytes:
+    return b"DPUB " + _b(topic) + b" %d\n" % defer_ms + _I32.pack(len(body)) + body
+
+
+def sub(topic: str | bytes, channel: str | bytes) -> bytes:
+    return b"SUB " + _b(topic) + b" " + _b(channel) + b"\n"
+
+
+def rdy(count: int) -> bytes:
+    return b"RDY %d\n" % count
+
+
+def fin(msg_id: bytes) -> bytes:
+    return b"FIN " + msg_id + b"\n"
+
+
+def req(msg_id: bytes, delay_ms: int) -> bytes:
+    return b"REQ " + msg_id + b" %d\n" % delay_ms
+
+
+def touch(msg_id: bytes) -> bytes:
+    return b"TOUCH " + msg_id + b"\n"
+
+
+NOP = b"NOP\n"
+CLS = b"CLS\n"
+
+
+def _b(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def decode_message(data: bytes | memoryview) -> Message:
+    ts, attempts, msg_id = _MSG.unpack_from(data)
+    return Message(msg_id, ts, attempts, bytes(data[26:]))
+
+
+class FrameReader:
+    """Accumulates bytes and yields complete (frame_type, data) pairs."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        self.buf += data
+        out = []
+        buf = self.buf
+        pos = 0
+        while len(buf) - pos >= 8:
+            size, ftype = _FRAME.unpack_from(buf, pos)
+            if len(buf) - pos < 4 + size:
+                break
+            out.append((ftype, bytes(buf[pos + 8:pos + 4 + size])))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,34 @@
+# The two set-up commands (README, first section):
+#   make run    install into .venv and start the broker on the embedded defaults
+#   make test   install into .venv (with the test extras) and run the whole suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+NATIVE  = $(wildcard native/*.c native/*.h)
+
+.PHONY: run test test-fast bench example-config clean
+
+$(STAMP): pyproject.toml setup.py $(NATIVE)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/nsqmp serve $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m nsqmp.bench.suite $(ARGS)
+
+example-config: $(STAMP)
+	$(BIN)/python -m nsqmp.config.example > deploy/nsqmp.toml.example
+
+clean:
+	rm -rf build *.egg-info nsqmp/_native*.so

@@ -1,0 +1,122 @@
+"""`make bench`: the standard workloads, each repeated, reported as medians and ranges.
+
+Every repetition starts a fresh broker (own data dir, port 0) so runs don't inherit each
+other's backlog. The reader workload drains the backlog the MPUB writer just left on the
+same broker. After the writer, the resident and proportional set sizes of every broker
+process are read from /proc.
+
+    python -m nsqmp.bench.suite [--reps 3] [--runfor 10] [--only NAME ...] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import orjson
+
+from nsqmp.bench.tool import run
+from nsqmp.launcher import Broker
+
+# name, kind, conns, batch size, broker flags, nsqd 1.3.0 on this machine kind (msgs/s)
+WORKLOADS = [
+    ("writer MPUB 200, 1 conn", "writer", 1, 200, (), 129_600),
+    ("writer MPUB 200, 4 conns", "writer", 4, 200, (), 142_100),
+    ("writer PUB, 1 conn", "writer", 1, 1, (), 16_700),
+    ("writer PUB, 4 conns", "writer", 4, 1, (), 24_800),
+    ("reader, 2 conns, draining", "reader", 2, 0, (), 130_200),
+]
+
+
+def memory(broker: Broker) -> dict[str, dict[str, int]]:
+    """RSS and PSS (KiB) of the supervisor and each child, by process title."""
+    procs = {"nsqmp supervisor": broker.proc.pid, **broker.children()}
+    out = {}
+    for title, pid in procs.items():
+        fields = {}
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss"):
+                    fields[key.lower()] = int(rest.split()[0])
+        except FileNotFoundError:
+            continue
+        out[title] = fields
+    return out
+
+
+def one(name: str, kind: str, conns: int, batch: int, flags, runfor: float, workdir: Path) -> dict:
+    broker = Broker(workdir / "data", *flags, log_path=workdir / "broker.log").start()
+    try:
+        addr = broker.tcp_address
+        if kind == "reader":
+            # fill a backlog first: as many messages as the reader could take in runfor
+            fill = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor / 2,
+                                   size=200, conns=4, batch_size=200)
+            # the channel must exist before the writes so it receives them
+            from nsqmp.client.sync import Connection
+
+            with Connection.connect(addr) as c:
+                c.identify()
+                c.sub("sub_bench", "ch")
+            run("writer", fill)
+            args = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", channel="ch", runfor=runfor,
+                                   size=200, conns=conns, rdy=2500, max_messages=0)
+        else:
+            args = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor, size=200,
+                                   conns=conns, batch_size=batch)
+        result = run(kind, args)
+        result["memory_kib"] = memory(broker)
+        result["name"] = name
+        return result
+    finally:
+        code = broker.stop()
+        if code != 0:
+            raise SystemExit(f"broker exited with {code}; log in {workdir / 'broker.log'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nsqmp bench suite")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--runfor", type=float, default=10.0)
+    p.add_argument("--only", action="append", default=[], help="substring of workload names to run")
+    p.add_argument("--out", default="bench-results")
+    args = p.parse_args(argv)
+    chosen = [w for w in WORKLOADS if not args.only or any(s in w[0] for s in args.only)]
+    results: dict[str, list[dict]] = {w[0]: [] for w in chosen}
+    for rep in range(args.reps):
+        for name, kind, conns, batch, flags, _ in chosen:
+            with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
+                r = one(name, kind, conns, batch, flags, args.runfor, Path(tmp))
+            results[name].append(r)
+            print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s", flush=True)
+    lines = [
+        f"nsqmp bench suite, {time.strftime('%Y-%m-%d %H:%M')}, {args.reps} runs of {args.runfor:g} s, 200-byte messages",
+        "",
+        "| workload | nsqmp msgs/s (median) | range | nsqd 1.3.0 | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for name, kind, conns, batch, flags, nsqd in chosen:
+        rates = [r["msgs_per_sec"] for r in results[name]]
+        med = statistics.median(rates)
+        lines.append(f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | {med / nsqd:.2f}x |")
+    last = results[chosen[0][0]][-1]["memory_kib"]
+    lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "", "| process | RSS | PSS |", "|---|---|---|"]
+    for title, m in sorted(last.items()):
+        lines.append(f"| {title} | {m.get('rss', 0):,} | {m.get('pss', 0):,} |")
+    table = "\n".join(lines) + "\n"
+    print()
+    print(table)
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"{stamp}.md").write_text(table)
+    (out / f"{stamp}.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""Start the real broker as a subprocess and talk to it (tests, bench suite, examples).
+
+The broker runs in its own process group with its own data dir, on port 0 unless told
+otherwise (the ports are read from its start-up lines). Callers end only what they
+started: the supervisor by its PID, its children by the PIDs read from /proc, or the
+process group this module created.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_LISTEN = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
+
+
+class Broker:
+    def __init__(self, data_path: Path, *args: str, log_path: Path | None = None) -> None:
+        self.data_path = Path(data_path)
+        self.args = list(args)
+        self.log_path = log_path or self.data_path.parent / f"{self.data_path.name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.tcp_port = 0
+        self.http_port = 0
+
+    # -- life ---------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        args = self.args
+        base = [sys.executable, "-m", "nsqmp", "serve", "--data-path", str(self.data_path)]
+        if not any(a.startswith("--tcp-address") for a in args):
+            base += ["--tcp-address", "127.0.0.1:0"]
+        if not any(a.startswith("--http-address") for a in args):
+            base += ["--http-address", "127.0.0.1:0"]
+        return base + args
+
+    def start(self, timeout: float = 20.0) -> "Broker":
+        self._log = open(self.log_path, "ab")
+        self._log_start = self._log.tell()
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_text()
+            if "nsqmp ready" in text:
+                for kind, _host, port in _LISTEN.findall(text):
+                    if kind == "TCP":
+                        self.tcp_port = int(port)
+                    else:
+                        self.http_port = int(port)
+                return self
+            if self.proc.poll() is not None:
+                self._log.close()
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not start in {timeout}s:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        """Abandon the broker: SIGKILL every process of the group we created."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self._log.close()
+
+    # -- processes ------------------------------------------------------------------------
+    def children(self) -> dict[str, int]:
+        """Process title -> PID of the supervisor's children."""
+        assert self.proc is not None
+        out = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                if ppid != self.proc.pid:
+                    continue
+                title = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            out[title] = int(entry)
+        return out
+
+    # -- addresses and HTTP -----------------------------------------------------------------
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def http(self, method: str, path: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[int, bytes, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body)
+            resp = conn.getresponse()
+            return resp.status, resp.read(), dict(resp.getheaders())
+        finally:
+            conn.close()
+
+    def stats(self, **params: str) -> dict:
+        import orjson
+        from urllib.parse import urlencode
+
+        query = urlencode({"format": "json", **params})
+        status, body, _ = self.http("GET", f"/stats?{query}")
+        assert status == 200, body
+        return orjson.loads(body)
+
+    def wait_ping(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.http("GET", "/ping", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("/ping did not answer OK")
+            time.sleep(0.05)

@@ -131,11 +131,16 @@ class Endpoint:
 
     @property
     def backlog(self) -> int:
-        """Records queued locally because a ring was full."""
-        return sum(len(p) for p in self._pending.values())
+        """Records queued locally because a ring was full.
+
+        Records that only wait for the end-of-tick flush do not count: a burst of
+        pipelined commands must not look like a full ring.
+        """
+        return sum(len(self._pending[dst]) for dst in self._blocked)
 
     def flush(self) -> None:
         self._flush_scheduled = False
+        was_blocked = bool(self._blocked)
         for dst, pending in self._pending.items():
             if not pending:
                 continue
@@ -157,6 +162,8 @@ class Endpoint:
                 if self._schedule is not None and not self._flush_scheduled:
                     self._flush_scheduled = True
                     self._schedule(self.flush)
+        if was_blocked and not self._blocked and self.on_unblocked is not None:
+            self.on_unblocked()
 
     # -- receiving -----------------------------------------------------------
     def drain(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
@@ -172,9 +179,7 @@ class Endpoint:
             for record in records:
                 handle(src, record)
         if self._blocked:
-            self.flush()
-            if not self._blocked and self.on_unblocked is not None:
-                self.on_unblocked()
+            self.flush()  # calls on_unblocked once every ring took its backlog
         return total
 
     def prepare_sleep(self) -> bool:

@@ -1,0 +1,45 @@
+/*
+ * module.c -- initialisation of the extension module nsqmp._native.
+ *
+ * Keep this file small: every native type lives in its own translation unit
+ * and exposes one `int nsqmp_<name>_add(PyObject *module)` function that adds
+ * its types/functions/constants to the module; list it in `adders` below
+ * (and its source file in setup.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+int nsqmp_ring_add(PyObject *module);   /* ring.c */
+
+static int (*const adders[])(PyObject *) = {
+    nsqmp_ring_add,
+};
+
+static int
+native_exec(PyObject *module)
+{
+    for (size_t i = 0; i < sizeof(adders) / sizeof(adders[0]); i++) {
+        if (adders[i](module) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyModuleDef_Slot native_slots[] = {
+    {Py_mod_exec, native_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "nsqmp._native",
+    .m_doc = "C core of nsqmp (shared-memory rings, ...).",
+    .m_size = 0,
+    .m_slots = native_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    return PyModuleDef_Init(&native_module);
+}

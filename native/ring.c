@@ -71,6 +71,25 @@ parse_capacity(PyObject *obj, uint64_t *out)
     return 0;
 }
 
+/* An integer argument (anything with __index__), clamped to [LLONG_MIN,
+ * LLONG_MAX] so that huge values behave like the Python twin's ints. */
+static int
+parse_clamped(PyObject *obj, long long *out)
+{
+    PyObject *idx = PyNumber_Index(obj);
+    if (idx == NULL)
+        return -1;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    Py_DECREF(idx);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        v = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    *out = v;
+    return 0;
+}
+
 static PyObject *
 raise_corrupt(void)
 {
@@ -242,12 +261,14 @@ static PyObject *
 Ring_push_many(RingObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"records", "start", NULL};
-    PyObject *records;
-    Py_ssize_t start = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|n:push_many", kwlist,
-                                     &records, &start))
+    PyObject *records, *startobj = NULL;
+    long long start = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:push_many", kwlist,
+                                     &records, &startobj))
         return NULL;
     if (ring_check(self) < 0)
+        return NULL;
+    if (startobj != NULL && parse_clamped(startobj, &start) < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(records, "records must be a sequence of bytes-like objects");
     if (seq == NULL)
@@ -255,7 +276,7 @@ Ring_push_many(RingObject *self, PyObject *args, PyObject *kwds)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (start < 0 || start > n) {
         Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "start %zd out of range for %zd records",
+        PyErr_Format(PyExc_ValueError, "start %lld out of range for %zd records",
                      start, n);
         return NULL;
     }
@@ -266,7 +287,7 @@ Ring_push_many(RingObject *self, PyObject *args, PyObject *kwds)
     uint64_t tail = nqr_producer_tail(r);
     int tail_refreshed = 0;
     Py_ssize_t i;
-    for (i = start; i < n; i++) {
+    for (i = (Py_ssize_t)start; i < n; i++) {
         Py_buffer view;
         int held;
         const char *data;
@@ -294,7 +315,7 @@ Ring_push_many(RingObject *self, PyObject *args, PyObject *kwds)
             break;
     }
     Py_DECREF(seq);
-    Py_ssize_t written = i - start;
+    Py_ssize_t written = i - (Py_ssize_t)start;
     int wake = 0;
     if (head != head0)
         wake = nqr_publish(r, head);
@@ -317,21 +338,19 @@ Ring_prepare_wait(RingObject *self, PyObject *arg)
 {
     if (ring_check(self) < 0)
         return NULL;
-    Py_ssize_t needed = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
-    if (needed == -1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            needed = PY_SSIZE_T_MAX;
-        } else {
-            return NULL;
-        }
-    }
+    long long needed;
+    if (parse_clamped(arg, &needed) < 0)
+        return NULL;
     if (needed < 0) {
         PyErr_SetString(PyExc_ValueError, "needed must be >= 0");
         return NULL;
     }
-    if (check_record_len(self, needed) < 0)
+    if ((unsigned long long)needed > self->ring.max_record) {
+        PyErr_Format(PyExc_ValueError,
+                     "record of %lld bytes exceeds max_record (%u)",
+                     needed, (unsigned)self->ring.max_record);
         return NULL;
+    }
     return PyBool_FromLong(nqr_prepare_wait(&self->ring, (uint32_t)needed));
 }
 
@@ -376,12 +395,16 @@ static PyObject *
 Ring_pop_many(RingObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"max_records", "max_bytes", NULL};
-    Py_ssize_t max_records = (Py_ssize_t)1 << 30;
+    PyObject *mrobj = NULL, *mbobj = NULL;
+    long long max_records = (long long)1 << 30;
     long long max_bytes = (long long)1 << 62;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nL:pop_many", kwlist,
-                                     &max_records, &max_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:pop_many", kwlist,
+                                     &mrobj, &mbobj))
         return NULL;
     if (ring_check(self) < 0)
+        return NULL;
+    if ((mrobj != NULL && parse_clamped(mrobj, &max_records) < 0) ||
+        (mbobj != NULL && parse_clamped(mbobj, &max_bytes) < 0))
         return NULL;
     if (max_records < 0 || max_bytes < 0) {
         PyErr_SetString(PyExc_ValueError, "max_records and max_bytes must be >= 0");
@@ -395,7 +418,7 @@ Ring_pop_many(RingObject *self, PyObject *args, PyObject *kwds)
     uint64_t tail = nqr_consumer_tail(r);
     const uint64_t tail0 = tail;
     uint64_t total = 0;
-    Py_ssize_t count = 0;
+    long long count = 0;
     while (count < max_records) {
         const unsigned char *p;
         uint32_t len;

@@ -43,9 +43,9 @@ __all__ = [
     "MAGIC",
     "MAX_CAPACITY",
     "MIN_CAPACITY",
-    "PyRing",
     "VERSION",
     "WRAP_MARKER",
+    "PyRing",
     "record_size",
     "ring_size",
 ]
@@ -155,8 +155,16 @@ class PyRing:
     Same API and semantics as ``nsqmp._native.Ring``.
     """
 
-    __slots__ = ("_mv", "_head", "_tail", "_sleeping", "_waiting",
-                 "_capacity", "_mask", "_max_record")
+    __slots__ = (
+        "_capacity",
+        "_head",
+        "_mask",
+        "_max_record",
+        "_mv",
+        "_sleeping",
+        "_tail",
+        "_waiting",
+    )
 
     def __init__(self, buf: Any) -> None:
         if sys.byteorder != "little":  # pragma: no cover
@@ -259,7 +267,9 @@ class PyRing:
             return -1
         return skip
 
-    def _write(self, mv: memoryview, head: int, tail: int, data: Any, length: int) -> int:
+    def _write(
+        self, mv: memoryview, head: int, tail: int, data: Any, length: int
+    ) -> int:
         """Write one record at local head (unpublished); new head or -1 if full."""
         skip = self._fits(head, tail, length)
         if skip < 0:
@@ -285,7 +295,7 @@ class PyRing:
 
     def _checked_payload(self, item: Any) -> tuple[Any, int]:
         data = _payload(item)
-        length = len(data) if type(data) is bytes else data.nbytes
+        length = len(data) if isinstance(data, bytes) else data.nbytes
         if length > self._max_record:
             raise ValueError(
                 f"record of {length} bytes exceeds max_record ({self._max_record})"
@@ -362,7 +372,9 @@ class PyRing:
 
     # -- consumer ---------------------------------------------------------------
 
-    def _peek(self, mv: memoryview, tail: int, head: int) -> tuple[int, int, int] | None:
+    def _peek(
+        self, mv: memoryview, tail: int, head: int
+    ) -> tuple[int, int, int] | None:
         """(payload offset, length, next tail) of the next record, or None."""
         if tail == head:
             return None
@@ -371,7 +383,11 @@ class PyRing:
             raise RuntimeError("ring data area is corrupt (invalid record header)")
         pos = tail & self._mask
         room = cap - pos
-        n = WRAP_MARKER if room < RECORD_HEADER else _U32.unpack_from(mv, HEADER_SIZE + pos)[0]
+        n = (
+            WRAP_MARKER
+            if room < RECORD_HEADER
+            else _U32.unpack_from(mv, HEADER_SIZE + pos)[0]
+        )
         if n == WRAP_MARKER:
             tail += room
             if tail >= head:
@@ -396,7 +412,9 @@ class PyRing:
         self._tail[0] = nxt  # store-release in C
         return data
 
-    def pop_many(self, max_records: int = 1 << 30, max_bytes: int = 1 << 62) -> list[bytes]:
+    def pop_many(
+        self, max_records: int = 1 << 30, max_bytes: int = 1 << 62
+    ) -> list[bytes]:
         """Pop up to max_records records / max_bytes payload bytes (>= 1 if any)."""
         mv = self._view()
         max_records = _index(max_records)

@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nsqmp.ipc.pyring import HEADER_SIZE, PyRing
-from nsqmp.ipc.pyring import ring_size as ring_size
+from nsqmp.ipc.pyring import HEADER_SIZE, PyRing, ring_size
 
 __all__ = ["HEADER_SIZE", "NativeRing", "PyRing", "Ring", "ring_size"]
 

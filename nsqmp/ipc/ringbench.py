@@ -78,8 +78,15 @@ def shm_buffer(size: int) -> mmap.mmap:
         shm.unlink()
 
 
-def _produce(ring: Any, records: int, size: int, batch: int,
-             cbell: Doorbell, pbell: Doorbell, deadline: float) -> dict[str, int]:
+def _produce(
+    ring: Any,
+    records: int,
+    size: int,
+    batch: int,
+    cbell: Doorbell,
+    pbell: Doorbell,
+    deadline: float,
+) -> dict[str, int]:
     recs = [bytes([i % 256]) * size for i in range(batch)]
     waits = 0
     sent = 0
@@ -111,13 +118,24 @@ def _produce(ring: Any, records: int, size: int, batch: int,
                     if not pbell.wait() and time.monotonic() > deadline:
                         raise TimeoutError("producer timed out")
             sent += len(todo)
-    return {"doorbell_writes": cbell.writes, "polls": pbell.polls,
-            "eventfd_reads": pbell.reads, "waits": waits}
+    return {
+        "doorbell_writes": cbell.writes,
+        "polls": pbell.polls,
+        "eventfd_reads": pbell.reads,
+        "waits": waits,
+    }
 
 
-def _consume(ring: Any, records: int, size: int, batch: int,
-             cbell: Doorbell, pbell: Doorbell, deadline: float,
-             child: int) -> dict[str, int]:
+def _consume(
+    ring: Any,
+    records: int,
+    size: int,
+    batch: int,
+    cbell: Doorbell,
+    pbell: Doorbell,
+    deadline: float,
+    child: int,
+) -> dict[str, int]:
     got = 0
     sleeps = 0
     nbytes = 0
@@ -152,12 +170,22 @@ def _consume(ring: Any, records: int, size: int, batch: int,
                     raise RuntimeError("producer exited early")
     if nbytes != records * size:
         raise RuntimeError("byte count mismatch")
-    return {"doorbell_writes": pbell.writes, "polls": cbell.polls,
-            "eventfd_reads": cbell.reads, "sleeps": sleeps}
+    return {
+        "doorbell_writes": pbell.writes,
+        "polls": cbell.polls,
+        "eventfd_reads": cbell.reads,
+        "sleeps": sleeps,
+    }
 
 
-def run(records: int, size: int, batch: int, impl: str,
-        capacity: int = 1 << 20, timeout: float = 300.0) -> dict[str, Any]:
+def run(
+    records: int,
+    size: int,
+    batch: int,
+    impl: str,
+    capacity: int = 1 << 20,
+    timeout: float = 300.0,
+) -> dict[str, Any]:
     cls: Any
     if impl == "native":
         if NativeRing is None:
@@ -182,7 +210,7 @@ def run(records: int, size: int, batch: int, impl: str,
             stats = _produce(ring, records, size, batch, cbell, pbell, deadline)
             os.write(wfd, json.dumps(stats).encode())
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - forked child: report, then _exit
             import traceback
 
             traceback.print_exc()
@@ -233,18 +261,23 @@ def run(records: int, size: int, batch: int, impl: str,
         "seconds": round(elapsed, 4),
         "records_per_s": round(records / elapsed),
         "mb_per_s": round(records * size / elapsed / 1e6, 2),
-        "producer": per(pstats) | {
-            "cpu_s": round(cru.ru_utime + cru.ru_stime, 3)},
-        "consumer": per(cstats) | {
-            "cpu_s": round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)},
+        "producer": per(pstats) | {"cpu_s": round(cru.ru_utime + cru.ru_stime, 3)},
+        "consumer": per(cstats)
+        | {
+            "cpu_s": round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
+        },
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ringbench", description="Two-process benchmark of the shared-memory ring.")
+    ap = argparse.ArgumentParser(
+        prog="ringbench", description="Two-process benchmark of the shared-memory ring."
+    )
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=200, help="payload bytes per record")
-    ap.add_argument("--batch", type=int, default=64, help="records per push_many/pop_many")
+    ap.add_argument(
+        "--batch", type=int, default=64, help="records per push_many/pop_many"
+    )
     ap.add_argument("--impl", choices=["native", "python"], default="native")
     ap.add_argument("--capacity", type=int, default=1 << 20, help="ring data bytes")
     ap.add_argument("--timeout", type=float, default=300.0)
@@ -257,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         ring_size(args.capacity)
     except ValueError as exc:
         ap.error(str(exc))
-    result = run(args.records, args.size, args.batch, args.impl, args.capacity, args.timeout)
+    result = run(
+        args.records, args.size, args.batch, args.impl, args.capacity, args.timeout
+    )
     print(json.dumps(result))
     return 0
 

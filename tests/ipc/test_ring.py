@@ -587,7 +587,12 @@ def test_flags_cross_implementation():
 # cross implementation
 # ---------------------------------------------------------------------------
 
-COMBOS = [(f, p, c) for f in ("native", "python") for p in ("native", "python") for c in ("native", "python")]
+COMBOS = [
+    (f, p, c)
+    for f in ("native", "python")
+    for p in ("native", "python")
+    for c in ("native", "python")
+]
 
 
 @pytest.mark.parametrize("fmt,prod,cons", COMBOS)
@@ -600,7 +605,9 @@ def test_cross_implementation(fmt, prod, cons):
     expected = deque()
     seq = 0
     for _round in range(300):
-        batch = [payload(seq + k, rng.randrange(0, 1025)) for k in range(rng.randrange(1, 8))]
+        batch = [
+            payload(seq + k, rng.randrange(0, 1025)) for k in range(rng.randrange(1, 8))
+        ]
         if rng.random() < 0.5:
             n, _ = p.push_many(batch)
         else:
@@ -648,7 +655,15 @@ def test_identical_bytes_after_same_operations():
         if k == 0:
             script.append(("push", payload(i, rng.randrange(0, 1025))))
         elif k == 1:
-            script.append(("push_many", [payload(i * 100 + j, rng.randrange(0, 300)) for j in range(rng.randrange(0, 6))]))
+            script.append(
+                (
+                    "push_many",
+                    [
+                        payload(i * 100 + j, rng.randrange(0, 300))
+                        for j in range(rng.randrange(0, 6))
+                    ],
+                )
+            )
         elif k == 2:
             script.append(("pop_many", rng.randrange(0, 5), rng.randrange(0, 2000)))
         elif k == 3:
@@ -770,3 +785,61 @@ def test_property_mixed_implementations(script, choices):
     ims[choices.choice(["native", "python"])].format(buf, CAP)
     rings = [ims["native"](buf), ims["python"](buf)]
     check_against_model(lambda: choices.choice(rings), script)
+
+
+def test_integer_arguments(impl):
+    r = impl.format(new_buf(), CAP)
+    r.push(b"a")
+    assert r.pop_many(1 << 70, 1 << 80) == [b"a"]  # huge limits are fine
+    assert r.push_many([b"x"], True) == (0, False)  # __index__ accepted
+    with pytest.raises(ValueError):
+        r.push_many([b"x"], 1 << 70)
+    with pytest.raises(ValueError):
+        r.push_many([b"x"], -(1 << 70))
+    with pytest.raises(ValueError):
+        r.prepare_wait(1 << 70)
+    for bad in (1.5, "1", None):
+        with pytest.raises(TypeError):
+            r.pop_many(bad)
+        with pytest.raises(TypeError):
+            r.pop_many(1, bad)
+        with pytest.raises(TypeError):
+            r.push_many([b"x"], bad)
+        with pytest.raises(TypeError):
+            r.prepare_wait(bad)
+    with pytest.raises(TypeError):
+        r.push_many()
+    with pytest.raises(TypeError):
+        r.pop_many(1, 2, 3)
+
+
+def test_no_leaks_native():
+    import gc
+    import tracemalloc
+
+    r = impls()["native"].format(new_buf(), CAP)
+    recs = [bytes(100), bytearray(50), memoryview(b"abc")]
+
+    def work():
+        for _ in range(2000):
+            r.push_many(recs)
+            r.push(b"x" * 10)
+            r.pop()
+            r.pop_many()
+            r.prepare_sleep()
+            r.take_producer_wakeup()
+            r.prepare_wait(10)
+            with pytest.raises(ValueError):
+                r.push(bytes(2000))
+
+    work()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        work()
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert after - before < 10_000

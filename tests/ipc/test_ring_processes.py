@@ -86,8 +86,9 @@ def shm_buffer(size: int) -> mmap.mmap:
         shm.unlink()  # the mapping survives; nothing left in /dev/shm
 
 
-def producer(ring, total: int, cbell: Bell, pbell: Bell, deadline: float,
-             single: bool = False) -> dict:
+def producer(
+    ring, total: int, cbell: Bell, pbell: Bell, deadline: float, single: bool = False
+) -> dict:
     sent = 0
     waits = 0
     push_many = ring.push_many
@@ -118,8 +119,15 @@ def producer(ring, total: int, cbell: Bell, pbell: Bell, deadline: float,
     return {"rings": cbell.writes, "waits": waits}
 
 
-def consumer(ring, total: int, cbell: Bell, pbell: Bell, deadline: float, child: int,
-             single: bool = False) -> dict:
+def consumer(
+    ring,
+    total: int,
+    cbell: Bell,
+    pbell: Bell,
+    deadline: float,
+    child: int,
+    single: bool = False,
+) -> dict:
     got = 0
     sleeps = 0
     pop_many = ring.pop_many
@@ -173,7 +181,7 @@ def run_pair(cls, total: int, timeout: float, single: bool = False) -> None:
             stats = producer(cls(buf), total, cbell, pbell, deadline, single)
             os.write(wfd, json.dumps(stats).encode())
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - forked child: report, then _exit
             traceback.print_exc()
             sys.stderr.flush()
         finally:
@@ -250,9 +258,25 @@ def test_ringbench_smoke(capsys):
 
     for impl in ("native", "python"):
         for batch in ("1", "16"):
-            assert ringbench.main(
-                ["--records", "20000", "--size", "100", "--batch", batch, "--impl", impl,
-                 "--capacity", "65536", "--timeout", "60"]) == 0
+            assert (
+                ringbench.main(
+                    [
+                        "--records",
+                        "20000",
+                        "--size",
+                        "100",
+                        "--batch",
+                        batch,
+                        "--impl",
+                        impl,
+                        "--capacity",
+                        "65536",
+                        "--timeout",
+                        "60",
+                    ]
+                )
+                == 0
+            )
             out = json.loads(capsys.readouterr().out)
             assert out["impl"] == impl and out["records"] == 20000
             assert out["records_per_s"] > 0

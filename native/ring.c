@@ -328,8 +328,8 @@ error:
 
 PyDoc_STRVAR(Ring_prepare_wait_doc,
 "prepare_wait(needed) -> bool\n--\n\n"
-"Producer side, after a push of `needed` payload bytes failed: set\n"
-"producer_waiting, fence, re-read tail.  Returns True when it is safe to\n"
+"Producer side, after a push of `needed` payload bytes failed: unless\n"
+"it fits already, set producer_waiting, fence, re-read tail.  Returns True when it is safe to\n"
 "sleep on the producer doorbell; False (flag cleared) when such a record\n"
 "fits now.");
 
@@ -450,7 +450,8 @@ Ring_pop_many(RingObject *self, PyObject *args, PyObject *kwds)
 
 PyDoc_STRVAR(Ring_prepare_sleep_doc,
 "prepare_sleep() -> bool\n--\n\n"
-"Consumer side: set consumer_sleeping, fence, re-read head.  True when it\n"
+"Consumer side: unless data is already visible, set consumer_sleeping,\n"
+"fence, re-read head.  True when it\n"
 "is safe to sleep on the consumer doorbell; False (flag cleared) when data\n"
 "is present.");
 

@@ -59,10 +59,10 @@
  *             load consumer_sleeping, and if 1 exchange it to 0 (=> wake).
  *   consumer: load-acquire head; read records; store-release tail;
  *             seq_cst fence; load producer_waiting, exchange 1 -> 0.
- *   sleep:    consumer stores consumer_sleeping = 1; seq_cst fence;
- *             re-reads head (Dekker: either it sees the new head or the
- *             producer sees the flag).  Producer wait is symmetric with
- *             producer_waiting / tail.
+ *   sleep:    (unless data is already visible) consumer stores
+ *             consumer_sleeping = 1; seq_cst fence; re-reads head (Dekker:
+ *             either it sees the new head or the producer sees the flag).
+ *             Producer wait is symmetric with producer_waiting / tail.
  */
 #ifndef NSQMP_RING_H
 #define NSQMP_RING_H
@@ -296,15 +296,24 @@ static inline int nqr_publish(const nqr_ring *r, uint64_t head)
 
 /*
  * Producer found the ring full for a record of `needed` payload bytes:
- * announce waiting, fence, re-check.  Returns 1 when it is safe to sleep on
- * the doorbell, 0 (flag cleared) when the record fits now.
+ * unless it fits already, announce waiting, fence, re-check.  Returns 1
+ * when it is safe to sleep on the doorbell, 0 (flag cleared) when the
+ * record fits now.
  */
 static inline int nqr_prepare_wait(const nqr_ring *r, uint32_t needed)
 {
+    uint64_t skip;
+    uint64_t head = nqr_producer_head(r);
+    /* Cheap pre-check: no announcement (and no doorbell drawn from the
+     * consumer) when the record already fits. */
+    if (nqr_fits(r, head, nqr_producer_tail(r), needed, &skip)) {
+        if (atomic_load_explicit(&r->hdr->producer_waiting, memory_order_relaxed))
+            atomic_store_explicit(&r->hdr->producer_waiting, 0, memory_order_relaxed);
+        return 0;
+    }
     atomic_store_explicit(&r->hdr->producer_waiting, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    uint64_t skip;
-    if (nqr_fits(r, nqr_producer_head(r), nqr_producer_tail(r), needed, &skip)) {
+    if (nqr_fits(r, head, nqr_producer_tail(r), needed, &skip)) {
         atomic_store_explicit(&r->hdr->producer_waiting, 0, memory_order_relaxed);
         return 0;
     }
@@ -372,12 +381,20 @@ static inline void nqr_consume(const nqr_ring *r, uint64_t tail)
 }
 
 /*
- * Consumer is about to sleep: announce it, fence, re-check head.  Returns 1
+ * Consumer is about to sleep: unless data is already visible, announce it,
+ * fence, re-check head.  Returns 1
  * when it is safe to sleep on the doorbell, 0 (flag cleared) when data is
  * present.
  */
 static inline int nqr_prepare_sleep(const nqr_ring *r)
 {
+    /* Cheap pre-check: do not announce sleep (and draw a doorbell from the
+     * producer) when data is already visible. */
+    if (nqr_consumer_head(r) != nqr_consumer_tail(r)) {
+        if (atomic_load_explicit(&r->hdr->consumer_sleeping, memory_order_relaxed))
+            atomic_store_explicit(&r->hdr->consumer_sleeping, 0, memory_order_relaxed);
+        return 0;
+    }
     atomic_store_explicit(&r->hdr->consumer_sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
     if (nqr_consumer_head(r) != nqr_consumer_tail(r)) {

@@ -363,10 +363,16 @@ class PyRing:
             raise ValueError(
                 f"record of {needed} bytes exceeds max_record ({self._max_record})"
             )
-        self._waiting[0] = 1
+        waiting = self._waiting
+        head = self._head[0]
+        if self._fits(head, self._tail[0], needed) >= 0:  # cheap pre-check
+            if waiting[0]:
+                waiting[0] = 0
+            return False
+        waiting[0] = 1
         _fence()  # seq_cst fence
-        if self._fits(self._head[0], self._tail[0], needed) >= 0:
-            self._waiting[0] = 0
+        if self._fits(head, self._tail[0], needed) >= 0:
+            waiting[0] = 0
             return False
         return True
 
@@ -443,10 +449,15 @@ class PyRing:
     def prepare_sleep(self) -> bool:
         """Consumer: announce sleep; True if safe to sleep, False if data present."""
         self._view()
-        self._sleeping[0] = 1
+        sleeping = self._sleeping
+        if self._head[0] != self._tail[0]:  # cheap pre-check, no announcement
+            if sleeping[0]:
+                sleeping[0] = 0
+            return False
+        sleeping[0] = 1
         _fence()  # seq_cst fence
         if self._head[0] != self._tail[0]:
-            self._sleeping[0] = 0
+            sleeping[0] = 0
             return False
         return True
 

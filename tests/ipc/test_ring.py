@@ -843,3 +843,15 @@ def test_no_leaks_native():
     finally:
         tracemalloc.stop()
     assert after - before < 10_000
+
+
+def test_stale_flags_cleared_by_prechecks(impl):
+    buf = new_buf()
+    r = impl.format(buf, CAP)
+    r.push(b"x")
+    struct.pack_into("<I", buf, 192, 1)  # stale consumer_sleeping
+    assert r.prepare_sleep() is False
+    assert flags(buf) == (0, 0)
+    struct.pack_into("<I", buf, 256, 1)  # stale producer_waiting
+    assert r.prepare_wait(10) is False
+    assert flags(buf) == (0, 0)

@@ -170,9 +170,9 @@ async def h_info(server, req: Request):
     }), _JSON
 
 
-def _publish(server, topic: bytes, bodies: list[bytes]) -> None:
+def _publish(server, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
     try:
-        server.publisher.publish(topic, bodies)
+        server.publisher.publish(topic, bodies, defer_ms)
     except OSError as exc:
         log.error("HTTP publish to %s failed: %s", topic.decode(), exc)
         server.health_error(str(exc))
@@ -190,10 +190,16 @@ async def h_pub(server, req: Request):
     if not req.body:
         raise HttpError(400, "MSG_EMPTY")
     topic = _topic(req)
+    defer_ms = 0
     if "defer" in req.query:
-        # deferred delivery arrives with the timer work; until then refuse rather than ignore
-        raise HttpError(400, "INVALID_DEFER")
-    _publish(server, topic, [req.body])
+        raw = req.query["defer"]
+        try:
+            defer_ms = int(raw)
+        except ValueError:
+            raise HttpError(400, "INVALID_DEFER") from None
+        if not 0 <= defer_ms <= int(server.opts.max_req_timeout * 1000):
+            raise HttpError(400, "INVALID_DEFER")
+    _publish(server, topic, [req.body], defer_ms)
     return 200, b"OK", _TEXT
 
 

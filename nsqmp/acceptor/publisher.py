@@ -38,19 +38,23 @@ class Publisher:
         # what one PUBLISH record may carry: the ring's limit less the descriptor head
         self.max_chunk = plan.ring_capacity // 4 - 512
 
-    def publish(self, topic: bytes, bodies: list[bytes]) -> None:
-        """Persist and hand off a batch; raises OSError if the segment cannot be written."""
+    def publish(self, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
+        """Persist and hand off a batch; raises OSError if the segment cannot be written.
+
+        defer_ms > 0 (DPUB, /pub?defer=) stores the due time with each message.
+        """
         ts = time.time_ns()
+        due = ts + defer_ms * 1_000_000 if defer_ms > 0 else 0
         pack = MESSAGE_HEADER.pack
         payloads: list[bytes] = []
         for start in range(0, len(bodies), _MAX_IDS):
             chunk = bodies[start:start + _MAX_IDS]
             first = self.ids.next_block(len(chunk))
             payloads += [pack(ts, 0, hex_id(first + k)) + body for k, body in enumerate(chunk)]
-        blob = encode(payloads)
+        blob = encode(payloads, due)
         if is_ephemeral(topic):
             # never touches the disk: the router holds it in memory, bounded by mem-queue-size
-            self._hand_off(topic, records.MEMORY_ONLY, 0, payloads, blob)
+            self._hand_off(topic, records.MEMORY_ONLY, 0, payloads, blob, due)
             return
         writer = self.writers.get(topic)
         if writer is None:
@@ -60,9 +64,10 @@ class Publisher:
             )
             self.writers[topic] = writer
         seq, offset = writer.append(blob)
-        self._hand_off(topic, seq, offset, payloads, blob)
+        self._hand_off(topic, seq, offset, payloads, blob, due)
 
-    def _hand_off(self, topic: bytes, seq: int, offset: int, payloads: list[bytes], blob: bytes) -> None:
+    def _hand_off(self, topic: bytes, seq: int, offset: int, payloads: list[bytes], blob: bytes,
+                  due: int) -> None:
         dst = self.plan.router_slot(router_for(topic, self.plan.routers))
         if len(blob) <= self.max_chunk:
             self.endpoint.send(dst, records.publish(self.index, seq, offset, len(payloads), topic, blob))
@@ -74,7 +79,7 @@ class Publisher:
             while end < len(payloads) and (end == start or size + len(payloads[end]) + 8 <= self.max_chunk):
                 size += len(payloads[end]) + RECORD_HEAD.size
                 end += 1
-            piece = encode(payloads[start:end])
+            piece = encode(payloads[start:end], due)
             self.endpoint.send(dst, records.publish(self.index, seq, offset, end - start, topic, piece))
             offset += len(piece)
             start = end

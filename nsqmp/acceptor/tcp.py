@@ -244,9 +244,34 @@ class V2Connection(asyncio.Protocol):
         self._publish(topic, bodies, E.E_MPUB_FAILED, "MPUB")
         return end
 
-    def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str) -> None:
+    def cmd_dpub(self, params, buf, start) -> int:
+        if len(params) < 3:
+            raise FatalClientError(E.E_INVALID, "DPUB insufficient number of parameters")
+        topic = params[1]
+        if not is_valid_name(topic):
+            raise FatalClientError(E.E_BAD_TOPIC, f"DPUB topic name {_q(topic)} is not valid")
+        raw = params[2]
+        if not raw.isdigit():
+            raise FatalClientError(E.E_INVALID, f"DPUB could not parse timeout {raw.decode(errors='replace')}")
+        defer_ms = int(raw)
+        max_ms = int(self.opts.max_req_timeout * 1000)
+        if defer_ms > max_ms:
+            raise FatalClientError(E.E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
+        max_size = self.opts.max_msg_size
+
+        def check(size: int) -> None:
+            if size <= 0:
+                raise FatalClientError(E.E_BAD_MESSAGE, f"DPUB invalid message body size {size}")
+            if size > max_size:
+                raise FatalClientError(E.E_BAD_MESSAGE, f"DPUB message too big {size} > {max_size}")
+
+        body, end = self._body(buf, start, check)
+        self._publish(topic, [body], E.E_DPUB_FAILED, "DPUB", defer_ms)
+        return end
+
+    def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str, defer_ms: int = 0) -> None:
         try:
-            self.server.publisher.publish(topic, bodies)
+            self.server.publisher.publish(topic, bodies, defer_ms)
         except OSError as exc:
             log.error("%s to %s failed: %s", cmd, topic.decode(), exc)
             self.server.health_error(str(exc))
@@ -308,14 +333,34 @@ class V2Connection(asyncio.Protocol):
         return start
 
     def cmd_fin(self, params, buf, start) -> int:
+        msg_id = self._message_command(params, "FIN", 2)
+        self.server.endpoint.send(self.router, records.CONN_ID.pack(records.FIN, self.conn, msg_id))
+        return start
+
+    def _message_command(self, params, cmd: str, min_params: int) -> bytes:
+        """State and parameter checks shared by FIN, REQ and TOUCH; returns the ID."""
         if self.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
-            raise FatalClientError(E.E_INVALID, "cannot FIN in current state")
-        if len(params) < 2:
-            raise FatalClientError(E.E_INVALID, "FIN insufficient number of parameters")
+            raise FatalClientError(E.E_INVALID, f"cannot {cmd} in current state")
+        if len(params) < min_params:
+            raise FatalClientError(E.E_INVALID, f"{cmd} insufficient number of params")
         msg_id = params[1]
         if len(msg_id) != 16:
             raise FatalClientError(E.E_INVALID, "Invalid Message ID")
-        self.server.endpoint.send(self.router, records.CONN_ID.pack(records.FIN, self.conn, msg_id))
+        return msg_id
+
+    def cmd_req(self, params, buf, start) -> int:
+        msg_id = self._message_command(params, "REQ", 3)
+        raw = params[2]
+        if not raw.isdigit():
+            raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {raw.decode(errors='replace')}")
+        # nsqd clamps rather than refuses
+        delay = min(int(raw), int(self.opts.max_req_timeout * 1000))
+        self.server.endpoint.send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
+        return start
+
+    def cmd_touch(self, params, buf, start) -> int:
+        msg_id = self._message_command(params, "TOUCH", 2)
+        self.server.endpoint.send(self.router, records.CONN_ID.pack(records.TOUCH, self.conn, msg_id))
         return start
 
     def cmd_cls(self, params, buf, start) -> int:
@@ -337,12 +382,12 @@ def parse_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes
         raise FatalClientError(E.E_BAD_BODY, f"MPUB invalid message count {count}")
     bodies = []
     pos = 4
-    for _ in range(count):
+    for i in range(count):
         if pos + 4 > len(body):
-            raise FatalClientError(E.E_BAD_MESSAGE, "MPUB failed to read message body size")
+            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
         (size,) = _U32.unpack_from(body, pos)
         if size <= 0:
-            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB invalid message body size {size}")
+            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
         if size > max_msg_size:
             raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg_size}")
         pos += 4
@@ -364,7 +409,10 @@ COMMANDS: dict[bytes, Callable[..., int]] = {
     b"MPUB": V2Connection.cmd_mpub,
     b"SUB": V2Connection.cmd_sub,
     b"RDY": V2Connection.cmd_rdy,
+    b"DPUB": V2Connection.cmd_dpub,
     b"FIN": V2Connection.cmd_fin,
+    b"REQ": V2Connection.cmd_req,
+    b"TOUCH": V2Connection.cmd_touch,
     b"CLS": V2Connection.cmd_cls,
     b"NOP": V2Connection.cmd_nop,
 }

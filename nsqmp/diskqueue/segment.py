@@ -11,13 +11,16 @@ File layout (little-endian)::
     +------------------+---------+----------+-------+------------------------+
     | magic 'NQSG'     | version | acceptor | seq   | reserved (zero)        |
     +------------------+---------+----------+-------+------------------------+
-    64: records, each aligned to nothing, back to back:
-    +---------------+---------------+--------------------------------------+
-    | length u32    | crc32 u32     | payload: NSQ message encoding         |
-    | payload bytes | of payload    | (timestamp, attempts, id, body)       |
-    +---------------+---------------+--------------------------------------+
-    a length of 0 where a record would start marks the end of what was written
-    (the file is zero past it). Limits: 26 <= length <= max-msg-size + 26.
+    64: records, back to back, no alignment:
+    +-----------------+---------------+--------------------------------------+
+    | length u32      | crc32 u32     | payload (length bytes)               |
+    | bit 31: DEFER   | of payload    |                                      |
+    +-----------------+---------------+--------------------------------------+
+    payload = NSQ message encoding (timestamp, attempts, id, body), or, when
+    the DEFER bit is set, due time i64 (unix ns, little-endian) + that encoding:
+    the due time of a DPUB travels with the message and survives a restart.
+    A length word of 0 where a record would start marks the end of what was written
+    (the file is zero past it). Limits: 26 <= length <= max-msg-size + 34.
 
 The checksum is zlib's CRC-32 (standard library, hardware-assisted in zlib-ng builds).
 """
@@ -34,6 +37,9 @@ VERSION = 1
 HEADER = struct.Struct("<4sHHI")
 HEADER_SIZE = 64
 RECORD_HEAD = struct.Struct("<II")
+DEFER = 0x80000000
+_LENGTH = 0x7FFFFFFF
+_DUE = struct.Struct("<q")
 MIN_PAYLOAD = 26
 _GROW_STEP = 1 << 20
 
@@ -50,22 +56,29 @@ def parse_name(filename: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def encode(payloads: list[bytes]) -> bytes:
-    """The bytes of a batch of records, as appended to a segment."""
+def encode(payloads: list[bytes], due_ns: int = 0) -> bytes:
+    """The bytes of a batch of records, as appended to a segment (due_ns: deferred until)."""
     crc = zlib.crc32
     head = RECORD_HEAD.pack
+    if due_ns:
+        due = _DUE.pack(due_ns)
+        return b"".join([head((len(p) + 8) | DEFER, crc(due + p)) + due + p for p in payloads])
     return b"".join([head(len(p), crc(p)) + p for p in payloads])
 
 
-def iter_blob(blob: bytes | memoryview) -> Iterator[bytes]:
-    """Payloads of the records in a blob produced by encode() (trusted: no checks)."""
+def iter_blob(blob: bytes | memoryview) -> Iterator[tuple[bytes, int]]:
+    """(message encoding, due_ns or 0) of each record of a blob from encode() (trusted)."""
     view = memoryview(blob)
     pos, end = 0, len(view)
     unpack = RECORD_HEAD.unpack_from
     while pos < end:
-        length, _ = unpack(view, pos)
+        word, _ = unpack(view, pos)
+        length = word & _LENGTH
         pos += 8
-        yield bytes(view[pos:pos + length])
+        if word & DEFER:
+            yield bytes(view[pos + 8:pos + length]), _DUE.unpack_from(view, pos)[0]
+        else:
+            yield bytes(view[pos:pos + length]), 0
         pos += length
 
 
@@ -139,8 +152,8 @@ class SegmentWriter:
             self._fd = -1
 
 
-def scan(path: str) -> Iterator[tuple[int, bytes]]:
-    """(offset, payload) of every valid record of a segment, stopping at the end marker.
+def scan(path: str) -> Iterator[tuple[int, bytes, int]]:
+    """(offset, message encoding, due_ns) of every valid record, stopping at the end marker.
 
     Stops at the first record whose length is out of range or whose checksum fails
     (recovery past a damaged record is the durability work's to add).
@@ -151,11 +164,16 @@ def scan(path: str) -> Iterator[tuple[int, bytes]]:
         return
     pos = HEADER_SIZE
     while pos + 8 <= len(data):
-        length, crc = RECORD_HEAD.unpack_from(data, pos)
-        if length < MIN_PAYLOAD or pos + 8 + length > len(data):
+        word, crc = RECORD_HEAD.unpack_from(data, pos)
+        length = word & _LENGTH
+        deferred = bool(word & DEFER)
+        if length < MIN_PAYLOAD + (8 if deferred else 0) or pos + 8 + length > len(data):
             return
         payload = data[pos + 8: pos + 8 + length]
         if zlib.crc32(payload) != crc:
             return
-        yield pos, payload
+        if deferred:
+            yield pos, payload[8:], _DUE.unpack_from(payload)[0]
+        else:
+            yield pos, payload, 0
         pos += 8 + length

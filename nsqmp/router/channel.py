@@ -44,7 +44,17 @@ class InFlight:
     message: Message
     attempts: int
     consumer: Consumer
-    deadline: int
+    deadline: int  # CLOCK_MONOTONIC ns
+    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves the deadline past delivered + max-msg-timeout
+
+
+@dataclass(slots=True)
+class Deferred:
+    token: int
+    message: Message
+    attempts: int
+    channel: "Channel"
+    deadline: int  # CLOCK_MONOTONIC ns
 
 
 @dataclass(eq=False)
@@ -54,6 +64,7 @@ class Channel:
     ephemeral: bool = False
     ready: deque = field(default_factory=deque)  # (Message, attempts delivered so far)
     in_flight: dict = field(default_factory=dict)  # message id -> InFlight
+    deferred: dict = field(default_factory=dict)  # token -> Deferred
     consumers: dict = field(default_factory=dict)  # conn -> Consumer
     paused: bool = False
     message_count: int = 0
@@ -104,7 +115,7 @@ class Channel:
             "depth": len(self.ready),
             "backend_depth": 0,
             "in_flight_count": len(self.in_flight),
-            "deferred_count": 0,
+            "deferred_count": len(self.deferred),
             "message_count": self.message_count,
             "requeue_count": self.requeue_count,
             "timeout_count": self.timeout_count,

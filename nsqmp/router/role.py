@@ -13,7 +13,7 @@ import orjson
 from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import message_frame
-from nsqmp.router.channel import Channel, Consumer, InFlight, Message
+from nsqmp.router.channel import Channel, Consumer, Deferred, InFlight, Message
 from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
 
@@ -27,7 +27,7 @@ class Router(Role):
         self.title = f"nsqmp router {index}"
         self.topics: dict[bytes, Topic] = {}
         self.consumers: dict[int, Consumer] = {}
-        self.tokens: dict[int, InFlight] = {}
+        self.tokens: dict[int, InFlight | Deferred] = {}  # every deadline the timer holds for us
         # tokens carry the incarnation so a timer entry of a dead router never matches ours
         self._token_seq = itertools.count((generation & 0xFFFFFF) << 40 | 1)
         self._dirty: set[Channel] = set()
@@ -40,6 +40,8 @@ class Router(Role):
             records.SUB: self.on_sub,
             records.RDY: self.on_rdy,
             records.FIN: self.on_fin,
+            records.REQ: self.on_req,
+            records.TOUCH: self.on_touch,
             records.CLS: self.on_cls,
             records.GONE: self.on_gone,
             records.A_HELLO: self.on_acceptor_hello,
@@ -79,11 +81,12 @@ class Router(Role):
         pos = records.PUBLISH_HEAD.size
         topic = self._topic(rec[pos:pos + tlen])
         seg = None if seq == records.MEMORY_ONLY else topic.segment(acceptor, seq)
-        msgs = []
+        # (the segment's refs are counted per channel entry in _enqueue, or here for the backlog)
+        msgs = []  # (Message, due_ns)
         nbytes = 0
-        for payload in iter_blob(memoryview(rec)[pos + tlen:]):
+        for payload, due in iter_blob(memoryview(rec)[pos + tlen:]):
             body = payload[26:]
-            msgs.append(Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg))
+            msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg), due))
             nbytes += len(body)
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
@@ -104,11 +107,33 @@ class Router(Role):
                 topic.dropped += len(msgs) - len(take)
             else:
                 take = msgs
-            ch.ready.extend((m, 0) for m in take)
-            ch.message_count += len(take)
-            if seg is not None:
-                seg.refs += len(take)
-            self._mark(ch)
+            self._enqueue(ch, take)
+
+    def _enqueue(self, ch: Channel, entries: list) -> None:
+        """New (Message, due_ns) entries for a channel: ready now, or deferred until due."""
+        ready = ch.ready
+        for m, due in entries:
+            if due:
+                self._defer(ch, m, 0, self._mono(due))
+            else:
+                ready.append((m, 0))
+            if m.segment is not None:
+                m.segment.refs += 1
+        ch.message_count += len(entries)
+        self._mark(ch)
+
+    @staticmethod
+    def _mono(wall_ns: int) -> int:
+        """A wall-clock due time (stored with the message) on the monotonic clock."""
+        return wall_ns - time.time_ns() + time.monotonic_ns()
+
+    def _defer(self, ch: Channel, m: Message, attempts: int, deadline: int) -> None:
+        token = next(self._token_seq)
+        entry = Deferred(token, m, attempts, ch, deadline)
+        ch.deferred[token] = entry
+        self.tokens[token] = entry
+        self._arms.append((token, deadline))
+        self._flush_timer_soon()
 
     # -- consumers -------------------------------------------------------------------------
     def on_sub(self, src: int, rec: bytes) -> None:
@@ -116,7 +141,13 @@ class Router(Role):
         old = self.consumers.get(conn)
         if old is not None:
             self._drop_consumer(old)
-        ch = self._topic(topic_name).get_channel(channel_name)
+        topic = self._topic(topic_name)
+        ch, adopted = topic.get_channel(channel_name)
+        if adopted:
+            for m, _ in adopted:  # the backlog's refs become the channel's
+                if m.segment is not None:
+                    m.segment.refs -= 1
+            self._enqueue(ch, adopted)
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
@@ -176,8 +207,14 @@ class Router(Role):
             self._disarms.append(inf.token)
             if inf.message.segment is not None:
                 topic.release(inf.message.segment)
+        for d in ch.deferred.values():
+            self.tokens.pop(d.token, None)
+            self._disarms.append(d.token)
+            if d.message.segment is not None:
+                topic.release(d.message.segment)
         ch.ready.clear()
         ch.in_flight.clear()
+        ch.deferred.clear()
         self._dirty.discard(ch)
         if topic.ephemeral and not topic.channels:
             self.topics.pop(topic.name, None)
@@ -186,37 +223,78 @@ class Router(Role):
         self.endpoint.send(records.conn_acceptor(conn),
                            records.CONN_ERR_HEAD.pack(records.CONN_ERR, conn, fatal) + text.encode())
 
-    def on_fin(self, src: int, rec: bytes) -> None:
-        _, conn, msg_id = records.CONN_ID.unpack(rec)
+    def _owned(self, conn: int, msg_id: bytes, cmd: str) -> InFlight | None:
+        """The in-flight entry if this connection may FIN/REQ/TOUCH it, else a non-fatal error."""
         c = self.consumers.get(conn)
         inf = c.channel.in_flight.get(msg_id) if c is not None else None
-        if inf is None or inf.consumer is not c:
-            why = "ID not in flight" if inf is None else "client does not own message"
-            self._error(conn, False, f"E_FIN_FAILED FIN {msg_id.decode(errors='replace')} failed {why}")
-            return
-        ch = c.channel
-        del ch.in_flight[msg_id]
+        if inf is not None and inf.consumer is c:
+            return inf
+        why = "ID not in flight" if inf is None else "client does not own message"
+        self._error(conn, False, f"E_{cmd}_FAILED {cmd} {msg_id.decode(errors='replace')} failed {why}")
+        return None
+
+    def _take(self, inf: InFlight) -> None:
+        """Remove an in-flight entry: it is no longer the consumer's, nor the timer's."""
+        c = inf.consumer
+        del c.channel.in_flight[inf.message.id]
         self.tokens.pop(inf.token, None)
         self._disarms.append(inf.token)
         c.in_flight -= 1
-        c.finish_count += 1
+        self._mark(c.channel)
+
+    def on_fin(self, src: int, rec: bytes) -> None:
+        _, conn, msg_id = records.CONN_ID.unpack(rec)
+        inf = self._owned(conn, msg_id, "FIN")
+        if inf is None:
+            return
+        self._take(inf)
+        inf.consumer.finish_count += 1
         if inf.message.segment is not None:
-            ch.topic.release(inf.message.segment)
-        self._mark(ch)
+            inf.consumer.channel.topic.release(inf.message.segment)
+
+    def on_req(self, src: int, rec: bytes) -> None:
+        """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""
+        _, conn, delay_ms, msg_id = records.REQ_HEAD.unpack(rec)
+        inf = self._owned(conn, msg_id, "REQ")
+        if inf is None:
+            return
+        self._take(inf)
+        c = inf.consumer
+        c.requeue_count += 1
+        ch = c.channel
+        ch.requeue_count += 1
+        if delay_ms:
+            self._defer(ch, inf.message, inf.attempts, time.monotonic_ns() + delay_ms * 1_000_000)
+        else:
+            ch.ready.append((inf.message, inf.attempts))
+
+    def on_touch(self, src: int, rec: bytes) -> None:
+        _, conn, msg_id = records.CONN_ID.unpack(rec)
+        inf = self._owned(conn, msg_id, "TOUCH")
+        if inf is None:
+            return
+        timeout = int(inf.consumer.info.get("msg_timeout", 60000)) * 1_000_000
+        cap = inf.delivered + int(self.opts.max_msg_timeout * 1e9)
+        inf.deadline = min(time.monotonic_ns() + timeout, cap)
+        self._arms.append((inf.token, inf.deadline))
         self._flush_timer_soon()
 
     # -- deadlines -------------------------------------------------------------------------
     def on_fire(self, src: int, rec: bytes) -> None:
         for token in records.unpack_tokens(rec):
-            inf = self.tokens.pop(token, None)
-            if inf is None:
+            entry = self.tokens.pop(token, None)
+            if entry is None:
                 continue
-            c = inf.consumer
-            ch = c.channel
-            ch.in_flight.pop(inf.message.id, None)
-            c.in_flight -= 1
-            ch.timeout_count += 1
-            ch.ready.append((inf.message, inf.attempts))
+            if isinstance(entry, Deferred):
+                ch = entry.channel
+                del ch.deferred[token]
+            else:
+                c = entry.consumer
+                ch = c.channel
+                ch.in_flight.pop(entry.message.id, None)
+                c.in_flight -= 1
+                ch.timeout_count += 1
+            ch.ready.append((entry.message, entry.attempts))
             self._mark(ch)
 
     def on_timer_hello(self, src: int, rec: bytes) -> None:
@@ -258,7 +336,7 @@ class Router(Role):
                     m, attempts = ready.popleft()
                     attempts += 1
                     token = next(self._token_seq)
-                    inf = InFlight(token, m, attempts, c, deadline)
+                    inf = InFlight(token, m, attempts, c, deadline, now)
                     ch.in_flight[m.id] = inf
                     self.tokens[token] = inf
                     self._arms.append((token, deadline))

@@ -35,7 +35,7 @@ class Topic:
         self.dir = os.path.join(data_path, name.decode())
         self.mem_queue_size = mem_queue_size
         self.channels: dict[bytes, Channel] = {}
-        self.backlog: deque = deque()  # messages published before any channel existed
+        self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
         self.segments: dict[tuple[int, int], Segment] = {}
         self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
         self.message_count = 0
@@ -66,16 +66,17 @@ class Topic:
             except OSError as exc:
                 log.error("cannot delete finished segment %s: %s", seg.path, exc)
 
-    def get_channel(self, name: bytes) -> Channel:
-        """The channel, created if missing; the first channel adopts the topic's backlog."""
+    def get_channel(self, name: bytes) -> tuple[Channel, list]:
+        """The channel, created if missing, and the backlog it adopts (the first channel
+        takes every message published before any channel existed)."""
         ch = self.channels.get(name)
+        adopted: list = []
         if ch is None:
             ch = self.channels[name] = Channel(name, self, ephemeral=is_ephemeral(name))
             if len(self.channels) == 1 and self.backlog:
-                ch.ready.extend((m, 0) for m in self.backlog)
-                ch.message_count += len(self.backlog)
+                adopted = list(self.backlog)
                 self.backlog.clear()
-        return ch
+        return ch, adopted
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]

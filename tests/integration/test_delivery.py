@@ -1,0 +1,220 @@
+"""Delivery guarantees through the timer: timeouts, REQ, TOUCH, deferred (DPUB, /pub?defer)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nsqmp.client import Connection
+from nsqmp.client import wire
+from tests.harness import wait_for
+
+
+def consumer(broker, topic: str, channel: str, rdy: int = 10, **identify) -> Connection:
+    c = Connection.connect(broker.tcp_address)
+    c.identify(**identify)
+    c.sub(topic, channel, rdy=rdy)
+    return c
+
+
+def channel_stats(broker, topic: str, channel: str) -> dict:
+    for t in broker.stats(topic=topic)["topics"]:
+        for ch in t["channels"]:
+            if ch["channel_name"] == channel:
+                return ch
+    raise AssertionError(f"{topic}/{channel} not in /stats")
+
+
+def test_dpub_is_held_until_due(broker):
+    c = consumer(broker, "later", "ch")
+    with Connection.connect(broker.tcp_address) as p:
+        t0 = time.monotonic()
+        p.send(wire.dpub("later", 700, b"deferred"))
+        p.expect_ok()
+        p.pub("later", b"now")
+    first = c.read_message()
+    assert first.body == b"now"
+    wait_for(lambda: channel_stats(broker, "later", "ch")["deferred_count"] == 1, what="deferred_count 1")
+    second = c.read_message()
+    waited = time.monotonic() - t0
+    assert second.body == b"deferred" and second.attempts == 1
+    assert 0.65 <= waited < 3.0, waited
+    c.close()
+
+
+def test_http_pub_defer(broker):
+    c = consumer(broker, "hdefer", "ch")
+    t0 = time.monotonic()
+    status, body, _ = broker.http("POST", "/pub?topic=hdefer&defer=500", b"x")
+    assert (status, body) == (200, b"OK")
+    m = c.read_message()
+    assert m.body == b"x" and time.monotonic() - t0 >= 0.45
+    for bad in ("-1", "abc", str(3600 * 1000 + 1)):
+        status, body, _ = broker.http("POST", f"/pub?topic=hdefer&defer={bad}", b"x")
+        assert (status, body) == (400, b'{"message":"INVALID_DEFER"}'), bad
+    c.close()
+
+
+def test_dpub_reaches_every_channel_that_existed(broker):
+    a = consumer(broker, "fan", "a")
+    b = consumer(broker, "fan", "b")
+    with Connection.connect(broker.tcp_address) as p:
+        p.send(wire.dpub("fan", 300, b"both"))
+        p.expect_ok()
+    assert a.read_message().body == b"both"
+    assert b.read_message().body == b"both"
+    a.close()
+    b.close()
+
+
+def test_timeout_redelivers_with_attempts_plus_one(broker):
+    c = consumer(broker, "slow", "ch", msg_timeout=1000)
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("slow", b"work")
+    m1 = c.read_message()
+    t0 = time.monotonic()
+    m2 = c.read_message()  # not FIN'd: comes back after ~1 s
+    assert m2.id == m1.id and m2.attempts == 2
+    assert 0.9 <= time.monotonic() - t0 < 3.0
+    c.fin(m2.id)
+    wait_for(lambda: channel_stats(broker, "slow", "ch")["timeout_count"] == 1, what="timeout_count 1")
+    c.close()
+
+
+def test_req_zero_and_with_delay(broker):
+    c = consumer(broker, "retry", "ch")
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("retry", b"r")
+    m = c.read_message()
+    c.send(wire.req(m.id, 0))
+    again = c.read_message()
+    assert again.id == m.id and again.attempts == 2
+    t0 = time.monotonic()
+    c.send(wire.req(m.id, 600))
+    wait_for(lambda: channel_stats(broker, "retry", "ch")["deferred_count"] == 1, what="deferred after REQ")
+    third = c.read_message()
+    assert third.attempts == 3 and time.monotonic() - t0 >= 0.55
+    c.fin(third.id)
+    stats = channel_stats(broker, "retry", "ch")
+    assert stats["requeue_count"] == 2
+    wait_for(lambda: channel_stats(broker, "retry", "ch")["clients"][0]["requeue_count"] == 2, what="client requeues")
+    c.close()
+
+
+def test_touch_extends_the_deadline(broker):
+    c = consumer(broker, "touchy", "ch", msg_timeout=1000)
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("touchy", b"t")
+    m = c.read_message()
+    for _ in range(4):  # 2 s of work, touched every 0.5 s: never times out
+        time.sleep(0.5)
+        c.send(wire.touch(m.id))
+    c.fin(m.id)
+    c.send(wire.NOP)
+    time.sleep(0.3)
+    stats = channel_stats(broker, "touchy", "ch")
+    assert stats["timeout_count"] == 0 and stats["in_flight_count"] == 0
+    c.close()
+
+
+@pytest.mark.parametrize("cmd", ["FIN", "REQ", "TOUCH"])
+def test_only_the_owner_may_fin_req_touch(broker, cmd):
+    owner = consumer(broker, "own", "ch")
+    other = consumer(broker, "own", "ch", rdy=0)
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("own", b"o")
+    m = owner.read_message()
+    line = {"FIN": wire.fin(m.id), "REQ": wire.req(m.id, 0), "TOUCH": wire.touch(m.id)}[cmd]
+    other.send(line)
+    frame = other.read_frame()
+    assert frame.type == wire.FRAME_ERROR
+    assert frame.data == f"E_{cmd}_FAILED {cmd} {m.id.decode()} failed client does not own message".encode()
+    # non-fatal: the connection still works
+    other.pub("own", b"still-open")
+    owner.fin(m.id)
+    owner.close()
+    other.close()
+
+
+def test_req_of_unknown_id_is_not_fatal(broker):
+    c = consumer(broker, "unk", "ch")
+    c.send(b"REQ 0123456789abcdef 0\n")
+    frame = c.read_frame()
+    assert frame.data == b"E_REQ_FAILED REQ 0123456789abcdef failed ID not in flight"
+    c.pub("unk", b"ok-after")
+    c.close()
+
+
+@pytest.mark.parametrize("line,text", [
+    (b"REQ 0123456789abcdef\n", b"E_INVALID REQ insufficient number of params"),
+    (b"REQ 0123456789abcdef x\n", b"E_INVALID REQ could not parse timeout x"),
+    (b"TOUCH\n", b"E_INVALID TOUCH insufficient number of params"),
+    (b"TOUCH short\n", b"E_INVALID Invalid Message ID"),
+])
+def test_req_touch_bad_input_is_fatal(broker, line, text):
+    c = consumer(broker, "bad", "ch")
+    c.send(line)
+    assert c.read_frame().data == text
+    with pytest.raises((EOFError, ConnectionResetError)):
+        c.read_frame()
+    c.close()
+
+
+@pytest.mark.parametrize("line,text", [
+    (b"DPUB t\n", b"E_INVALID DPUB insufficient number of parameters"),
+    (b"DPUB t abc\n", b"E_INVALID DPUB could not parse timeout abc"),
+    (b"DPUB t 3600001\n", b"E_INVALID DPUB timeout 3600001 out of range 0-3600000"),
+    (b"DPUB bad!name 10\n", b'E_BAD_TOPIC DPUB topic name "bad!name" is not valid'),
+])
+def test_dpub_bad_input(broker, line, text):
+    with Connection.connect(broker.tcp_address) as c:
+        c.send(line)
+        assert c.read_frame().data == text
+
+
+def test_req_delay_is_clamped_to_max_req_timeout(tmp_path):
+    from tests.harness import Broker
+
+    b = Broker(tmp_path / "data", "--max-req-timeout", "1s").start()
+    try:
+        c = consumer(b, "clamp", "ch")
+        with Connection.connect(b.tcp_address) as p:
+            p.pub("clamp", b"c")
+        m = c.read_message()
+        t0 = time.monotonic()
+        c.send(wire.req(m.id, 3_600_000))  # clamped to 1 s, no error
+        again = c.read_message()
+        assert again.id == m.id and 0.9 <= time.monotonic() - t0 < 3.0
+        c.close()
+    finally:
+        assert b.stop() == 0
+
+
+def test_deferred_survives_a_timer_restart(broker):
+    c = consumer(broker, "tk", "ch")
+    with Connection.connect(broker.tcp_address) as p:
+        p.send(wire.dpub("tk", 1500, b"late"))
+        p.expect_ok()
+    wait_for(lambda: channel_stats(broker, "tk", "ch")["deferred_count"] == 1, what="deferred")
+    import os
+    import signal
+
+    old = broker.children()["nsqmp timer"]
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: broker.children().get("nsqmp timer") not in (None, old), what="new timer")
+    assert c.read_message().body == b"late"
+    c.close()
+
+
+def test_no_error_frames_leak(broker):
+    """FIN of a message already finished gives E_FIN_FAILED, never a close."""
+    c = consumer(broker, "dup", "ch")
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("dup", b"d")
+    m = c.read_message()
+    c.fin(m.id)
+    c.fin(m.id)
+    frame = c.read_frame()
+    assert frame.data.startswith(b"E_FIN_FAILED")
+    c.pub("dup", b"after")
+    c.close()

@@ -272,8 +272,8 @@ def render_text(stats: dict) -> str:
 ROUTES = {
     "/ping": (("GET", "HEAD"), h_ping),
     "/info": (("GET",), h_info),
-    "/pub": (("POST", "PUT"), h_pub),
-    "/mpub": (("POST", "PUT"), h_mpub),
+    "/pub": (("POST",), h_pub),  # nsqd registers POST only: PUT is 405
+    "/mpub": (("POST",), h_mpub),
     "/stats": (("GET",), h_stats),
 }
 

@@ -27,21 +27,41 @@ class ClientSettings:
     deflate_level: int = 6
 
 
+# nsqd decodes the body into a typed struct: a field of the wrong JSON type (a string or a
+# fraction where an integer goes, a number where a bool goes) fails the whole decode, and
+# null leaves the field at its zero value
+_STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id", "topology_zone", "topology_region")
+_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
+_INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeout", "deflate_level",
+               "sample_rate", "msg_timeout")
+
+
+def _check_types(data: dict[str, Any]) -> None:
+    for keys, ok in ((_STR_FIELDS, lambda v: isinstance(v, str)),
+                     (_BOOL_FIELDS, lambda v: isinstance(v, bool)),
+                     (_INT_FIELDS, lambda v: isinstance(v, int) and not isinstance(v, bool))):
+        for key in keys:
+            value = data.get(key)
+            if value is not None and not ok(value):
+                raise IdentifyError("failed to decode JSON body")
+
+
 def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise IdentifyError(f"{key} must be a number")
-    return int(value)
+    value = data.get(key)
+    return default if value is None else int(value)
 
 
 def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
     """Apply an IDENTIFY body to settings, or raise IdentifyError with nsqd's wording."""
     if not isinstance(data, dict):
         raise IdentifyError("failed to decode JSON body")
-    settings.client_id = str(data.get("client_id", settings.client_id))
-    settings.hostname = str(data.get("hostname", settings.hostname))
-    settings.user_agent = str(data.get("user_agent", ""))
-    settings.feature_negotiation = bool(data.get("feature_negotiation", False))
+    _check_types(data)
+    if data.get("client_id") is not None:
+        settings.client_id = data["client_id"]
+    if data.get("hostname") is not None:
+        settings.hostname = data["hostname"]
+    settings.user_agent = data.get("user_agent") or ""
+    settings.feature_negotiation = bool(data.get("feature_negotiation"))
 
     max_hb = int(opts.max_heartbeat_interval * 1000)
     hb = _int(data, "heartbeat_interval")

@@ -323,9 +323,9 @@ class V2Connection(asyncio.Protocol):
         count = 1
         if len(params) > 1:
             raw = params[1]
-            if not raw.isdigit():
+            if raw and not raw.isdigit():
                 raise FatalClientError(E.E_INVALID, f"RDY could not parse count {raw.decode(errors='replace')}")
-            count = int(raw)
+            count = int(raw) if raw else 0  # nsqd's ByteToBase10 reads "" as 0
         if count > self.opts.max_rdy_count:
             raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{self.opts.max_rdy_count}")
         self.rdy = count

@@ -6,10 +6,10 @@ caller answers OK as soon as append() returns: the messages are in a file's page
 """
 from __future__ import annotations
 
-import os
 import time
 import zlib
 
+from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import RECORD_HEAD, SegmentWriter, encode
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Endpoint, Plan
@@ -59,7 +59,7 @@ class Publisher:
         writer = self.writers.get(topic)
         if writer is None:
             writer = SegmentWriter(
-                os.path.join(self.data_path, topic.decode()), self.index,
+                topic_dir(self.data_path, topic.decode()), self.index,
                 self.opts.max_bytes_per_file, self.opts.sync_every,
             )
             self.writers[topic] = writer

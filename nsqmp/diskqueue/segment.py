@@ -1,7 +1,7 @@
 """Segment files: where a topic's messages live from the moment a publisher gets `OK`.
 
 One writer per file: acceptor `a` appends the messages it accepts for a topic to
-``<data-path>/<topic>/<a:02d>.<seq:08d>.seg``. The file is mapped and grown in steps
+``<topic dir>/<a:02d>.<seq:08d>.seg`` (see layout.py). The file is mapped and grown in steps
 (sparse until written), and rolls to the next sequence number when the next batch would
 pass ``max-bytes-per-file``. A batch (one PUB or a whole MPUB) is one contiguous append.
 
@@ -66,19 +66,20 @@ def encode(payloads: list[bytes], due_ns: int = 0) -> bytes:
     return b"".join([head(len(p), crc(p)) + p for p in payloads])
 
 
-def iter_blob(blob: bytes | memoryview) -> Iterator[tuple[bytes, int]]:
-    """(message encoding, due_ns or 0) of each record of a blob from encode() (trusted)."""
+def iter_blob(blob: bytes | memoryview) -> Iterator[tuple[int, bytes, int]]:
+    """(offset in blob, message encoding, due_ns or 0) of each record from encode() (trusted)."""
     view = memoryview(blob)
     pos, end = 0, len(view)
     unpack = RECORD_HEAD.unpack_from
     while pos < end:
         word, _ = unpack(view, pos)
         length = word & _LENGTH
+        start = pos
         pos += 8
         if word & DEFER:
-            yield bytes(view[pos + 8:pos + length]), _DUE.unpack_from(view, pos)[0]
+            yield start, bytes(view[pos + 8:pos + length]), _DUE.unpack_from(view, pos)[0]
         else:
-            yield bytes(view[pos:pos + length]), 0
+            yield start, bytes(view[pos:pos + length]), 0
         pos += length
 
 
@@ -159,9 +160,19 @@ def scan(path: str) -> Iterator[tuple[int, bytes, int]]:
     (recovery past a damaged record is the durability work's to add).
     """
     with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < HEADER_SIZE or data[:4] != MAGIC:
-        return
+        size = os.fstat(f.fileno()).st_size
+        if size < HEADER_SIZE:
+            return
+        data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    try:
+        if data[:4] != MAGIC:
+            return
+        yield from _records(data)
+    finally:
+        data.close()
+
+
+def _records(data) -> Iterator[tuple[int, bytes, int]]:
     pos = HEADER_SIZE
     while pos + 8 <= len(data):
         word, crc = RECORD_HEAD.unpack_from(data, pos)

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 class Message:
     """A message as the router holds it; shared by every channel of its topic."""
 
-    __slots__ = ("id", "ts", "body", "segment")
+    __slots__ = ("id", "ts", "body", "segment", "offset")
 
-    def __init__(self, msg_id: bytes, ts: int, body: bytes, segment) -> None:
+    def __init__(self, msg_id: bytes, ts: int, body: bytes, segment, offset: int) -> None:
         self.id = msg_id
         self.ts = ts
         self.body = body
         self.segment = segment  # the Segment whose refs count this message, or None
-
+        self.offset = offset  # of its record in that segment
 
 @dataclass(eq=False)
 class Consumer:
@@ -62,11 +62,13 @@ class Channel:
     name: bytes
     topic: "object"
     ephemeral: bool = False
+    paused: bool = False
+    id: int = 0  # stable id in the topic's meta and ack log (0: ephemeral, never persisted)
+    start: dict | None = None  # per acceptor stream: last record published before we existed
     ready: deque = field(default_factory=deque)  # (Message, attempts delivered so far)
     in_flight: dict = field(default_factory=dict)  # message id -> InFlight
     deferred: dict = field(default_factory=dict)  # token -> Deferred
     consumers: dict = field(default_factory=dict)  # conn -> Consumer
-    paused: bool = False
     message_count: int = 0
     requeue_count: int = 0
     timeout_count: int = 0

@@ -33,6 +33,7 @@ class Router(Role):
         self._dirty: set[Channel] = set()
         self._deliver_scheduled = False
         self._arms: list[tuple[int, int]] = []
+        self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
         self.max_chunk = plan.ring_capacity // 4 - 64
         self.handlers = {
@@ -49,6 +50,24 @@ class Router(Role):
             records.FIRE: self.on_fire,
             records.T_HELLO: self.on_timer_hello,
         }
+
+    def setup(self) -> None:
+        from nsqmp.router.recovery import recover_owned
+
+        started = time.monotonic()
+        summary = recover_owned(self)
+        if summary.topics:
+            self.log.info("recovered %d topics, %d channels, %d messages (%d deferred) in %.2fs",
+                          summary.topics, summary.channels, summary.messages, summary.deferred,
+                          time.monotonic() - started)
+        if self.opts.sync_timeout > 0:
+            self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
+
+    def _periodic_sync(self) -> None:
+        for topic in self.topics.values():
+            topic.sync()
+        if not self._stopping:
+            self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
     def started(self) -> None:
         hello = records.HELLO_R.pack(records.R_HELLO, self.index)
@@ -77,17 +96,26 @@ class Router(Role):
 
     # -- publish ---------------------------------------------------------------------------
     def on_publish(self, src: int, rec: bytes) -> None:
-        _, acceptor, seq, _offset, count, tlen = records.PUBLISH_HEAD.unpack_from(rec)
+        _, acceptor, seq, offset, count, tlen = records.PUBLISH_HEAD.unpack_from(rec)
         pos = records.PUBLISH_HEAD.size
         topic = self._topic(rec[pos:pos + tlen])
-        seg = None if seq == records.MEMORY_ONLY else topic.segment(acceptor, seq)
+        if seq == records.MEMORY_ONLY:
+            seg = None
+        else:
+            last = topic.hwm.get(acceptor)
+            if last is not None and (seq, offset) <= last:
+                return  # already recovered from the segment files by this incarnation
+            seg = topic.segment(acceptor, seq)
         # (the segment's refs are counted per channel entry in _enqueue, or here for the backlog)
         msgs = []  # (Message, due_ns)
         nbytes = 0
-        for payload, due in iter_blob(memoryview(rec)[pos + tlen:]):
+        rel = 0
+        for rel, payload, due in iter_blob(memoryview(rec)[pos + tlen:]):
             body = payload[26:]
-            msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg), due))
+            msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg, offset + rel), due))
             nbytes += len(body)
+        if seg is not None:
+            topic.hwm[acceptor] = (seq, offset + rel)
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
@@ -249,8 +277,13 @@ class Router(Role):
             return
         self._take(inf)
         inf.consumer.finish_count += 1
-        if inf.message.segment is not None:
-            inf.consumer.channel.topic.release(inf.message.segment)
+        m = inf.message
+        if m.segment is not None:
+            topic = inf.consumer.channel.topic
+            topic.ack(inf.consumer.channel, m.segment, m.offset)
+            topic.release(m.segment)
+            self._acks_pending.add(topic)
+            self._flush_timer_soon()
 
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""
@@ -349,6 +382,9 @@ class Router(Role):
         for conn, frames in out.items():
             self._send_frames(conn, frames)
         self._flush_timer()
+        for topic in self._acks_pending:
+            topic.flush_acks()
+        self._acks_pending.clear()
 
     def _send_frames(self, conn: int, frames: list[bytes]) -> None:
         dst = self.plan.acceptor_slot(records.conn_acceptor(conn))
@@ -380,4 +416,6 @@ class Router(Role):
         self.endpoint.send(src, records.REQ_ID.pack(records.REPLY, req_id) + orjson.dumps(reply))
 
     async def stop(self) -> None:
-        """Nothing to hand over yet: durable recovery reads the segments (durability work)."""
+        """Append and sync every pending acknowledgement; the next router recovers the rest."""
+        for topic in self.topics.values():
+            topic.close()

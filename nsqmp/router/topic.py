@@ -11,6 +11,9 @@ import logging
 import os
 from collections import deque
 
+from nsqmp.diskqueue import meta as metafile
+from nsqmp.diskqueue.acklog import AckLog
+from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.channel import Channel
@@ -32,8 +35,14 @@ class Topic:
     def __init__(self, name: bytes, data_path: str, mem_queue_size: int) -> None:
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self.dir = os.path.join(data_path, name.decode())
+        self.dir = topic_dir(data_path, name.decode())
         self.mem_queue_size = mem_queue_size
+        self.meta = metafile.TopicMeta()
+        # last record adopted per acceptor stream: (seq, offset); a PUBLISH at or below it
+        # was already recovered from the files
+        self.hwm: dict[int, tuple[int, int]] = {}
+        self.acklog: AckLog | None = None
+        self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
         self.segments: dict[tuple[int, int], Segment] = {}
@@ -66,17 +75,66 @@ class Topic:
             except OSError as exc:
                 log.error("cannot delete finished segment %s: %s", seg.path, exc)
 
+    @property
+    def durable(self) -> bool:
+        return not self.ephemeral
+
     def get_channel(self, name: bytes) -> tuple[Channel, list]:
         """The channel, created if missing, and the backlog it adopts (the first channel
         takes every message published before any channel existed)."""
         ch = self.channels.get(name)
         adopted: list = []
         if ch is None:
-            ch = self.channels[name] = Channel(name, self, ephemeral=is_ephemeral(name))
-            if len(self.channels) == 1 and self.backlog:
+            first = not self.channels
+            ch = self.add_channel(name, start=None if first else dict(self.hwm))
+            if first and self.backlog:
                 adopted = list(self.backlog)
                 self.backlog.clear()
+            self.save_meta()
         return ch, adopted
+
+    def add_channel(self, name: bytes, start: dict | None, cid: int = 0, paused: bool = False) -> Channel:
+        ephemeral = is_ephemeral(name)
+        ch = self.channels[name] = Channel(name, self, ephemeral=ephemeral, paused=paused)
+        if not ephemeral and self.durable:
+            if not cid:
+                cid = self.meta.next_channel_id
+                self.meta.next_channel_id += 1
+                self.meta.channels.append(metafile.ChannelMeta(name.decode(), cid, paused, start))
+            ch.id = cid
+            ch.start = start
+        return ch
+
+    def save_meta(self) -> None:
+        if self.durable:
+            metafile.write(self.dir, self.meta)
+
+    def ack(self, ch: Channel, seg: Segment, offset: int) -> None:
+        if ch.id:
+            self.acks.append((ch.id, seg.acceptor, seg.seq, offset))
+
+    def flush_acks(self) -> None:
+        if not self.acks:
+            return
+        if self.acklog is None:
+            self.acklog = AckLog(self.dir)
+        self.acklog.append(self.acks)
+        self.acks = []
+
+    def sync(self) -> None:
+        self.flush_acks()
+        if self.acklog is not None:
+            self.acklog.sync()
+            # entries of deleted segments are dead weight: rewrite once they dominate
+            if self.acklog.entries > 100_000:
+                live = {(s.acceptor, s.seq) for s in self.segments.values()}
+                self.acklog.compact(lambda c, a, q, o: (a, q) in live)
+
+    def close(self) -> None:
+        self.flush_acks()
+        if self.acklog is not None:
+            self.acklog.close()
+            self.acklog = None
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]

@@ -27,6 +27,9 @@ def bind_group(what: str, address: str, count: int, backlog: int = 1024) -> list
     # first make sure nobody else holds the port (SO_REUSEPORT would happily share it)
     if port:
         probe = socket.socket(family, socket.SOCK_STREAM)
+        # SO_REUSEADDR (as Go's listeners): old connections in TIME_WAIT from a previous
+        # run don't block a restart on the same port, while a live listener still does
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:

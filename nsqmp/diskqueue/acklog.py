@@ -1,0 +1,95 @@
+"""The acknowledgement log of a topic: one entry per FIN, appended by the topic's router.
+
+Entry (16 bytes, little-endian)::
+
+    +----------------+--------------+----------+--------------+
+    | channel id u16 | acceptor u16 | seq u32  | offset u64   |
+    +----------------+--------------+----------+--------------+
+    an all-zero entry (channel id 0 never exists) marks the end of what was written
+
+A message is finished for a channel when its position (acceptor, seq, offset) has an entry
+for that channel's id. The log only needs entries for segments that still exist:
+compact() rewrites it without the rest (temporary file, fsync, rename). Entries written
+through the mapping survive a crash of the process; sync() (msync) makes them survive a
+power loss.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable, Iterator
+
+FILE = "acks.log"
+ENTRY = struct.Struct("<HHIQ")
+_GROW = 1 << 20
+
+
+def read(topic_dir: str) -> Iterator[tuple[int, int, int, int]]:
+    """(channel id, acceptor, seq, offset) of every entry."""
+    try:
+        with open(os.path.join(topic_dir, FILE), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return
+    usable = len(data) - len(data) % ENTRY.size
+    for entry in ENTRY.iter_unpack(memoryview(data)[:usable]):
+        if entry[0] == 0:
+            return
+        yield entry
+
+
+class AckLog:
+    def __init__(self, topic_dir: str) -> None:
+        self.path = os.path.join(topic_dir, FILE)
+        os.makedirs(topic_dir, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        size = os.fstat(self._fd).st_size
+        count = sum(1 for _ in read(topic_dir))
+        self.pos = count * ENTRY.size
+        self._size = max(size, _GROW)
+        if size < self._size:
+            os.ftruncate(self._fd, self._size)
+        self._map = mmap.mmap(self._fd, self._size)
+        self._dirty = False
+
+    @property
+    def entries(self) -> int:
+        return self.pos // ENTRY.size
+
+    def append(self, entries: list[tuple[int, int, int, int]]) -> None:
+        data = b"".join([ENTRY.pack(*e) for e in entries])
+        end = self.pos + len(data)
+        if end > self._size:
+            new = max(self._size * 2, end + _GROW)
+            os.ftruncate(self._fd, new)
+            self._map.resize(new)
+            self._size = new
+        self._map[self.pos:end] = data
+        self.pos = end
+        self._dirty = True
+
+    def sync(self) -> None:
+        if self._dirty:
+            self._map.flush()
+            self._dirty = False
+
+    def compact(self, keep: Callable[[int, int, int, int], bool]) -> int:
+        """Rewrite the log with the entries keep() accepts; returns how many were kept."""
+        live = [e for e in ENTRY.iter_unpack(self._map[:self.pos]) if keep(*e)]
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(b"".join(ENTRY.pack(*e) for e in live))
+            f.flush()
+            os.fsync(f.fileno())
+        self.close()
+        os.rename(tmp, self.path)
+        self.__init__(os.path.dirname(self.path))  # type: ignore[misc]
+        return len(live)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self.sync()
+            self._map.close()
+            os.close(self._fd)
+            self._map = None  # type: ignore[assignment]

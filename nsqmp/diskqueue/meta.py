@@ -1,0 +1,89 @@
+"""A topic's metadata, rewritten whole on every change: temporary file, fsync, rename.
+
+    {"version": 1, "paused": false, "next_channel_id": 3,
+     "channels": [{"name": "c", "id": 1, "paused": false,
+                   "start": {"0": [seq, offset], ...} | null}]}
+
+`start` is where the channel began: per acceptor stream, the position (seq, offset) of
+the last record published before the channel existed; records at or before it are not
+the channel's. An acceptor missing from it had published nothing yet. null means the
+channel adopted everything (it was the topic's first channel).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+FILE = "meta.json"
+VERSION = 1
+
+
+@dataclass
+class ChannelMeta:
+    name: str
+    id: int
+    paused: bool = False
+    start: dict[int, tuple[int, int]] | None = None
+
+
+@dataclass
+class TopicMeta:
+    paused: bool = False
+    next_channel_id: int = 1
+    channels: list[ChannelMeta] = field(default_factory=list)
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "version": VERSION,
+            "paused": self.paused,
+            "next_channel_id": self.next_channel_id,
+            "channels": [
+                {"name": c.name, "id": c.id, "paused": c.paused,
+                 "start": None if c.start is None else {str(a): list(p) for a, p in c.start.items()}}
+                for c in self.channels
+            ],
+        }, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "TopicMeta":
+        raw = json.loads(data)
+        if raw.get("version") != VERSION:
+            raise ValueError(f"unknown topic metadata version {raw.get('version')!r}")
+        return cls(
+            paused=bool(raw.get("paused", False)),
+            next_channel_id=int(raw.get("next_channel_id", 1)),
+            channels=[
+                ChannelMeta(c["name"], int(c["id"]), bool(c.get("paused", False)),
+                            None if c.get("start") is None
+                            else {int(a): (int(p[0]), int(p[1])) for a, p in c["start"].items()})
+                for c in raw.get("channels", [])
+            ],
+        )
+
+
+def read(topic_dir: str) -> TopicMeta | None:
+    try:
+        with open(os.path.join(topic_dir, FILE), "rb") as f:
+            return TopicMeta.from_json(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def write(topic_dir: str, meta: TopicMeta) -> None:
+    """Atomically replace the topic's metadata (survives a crash at any point)."""
+    os.makedirs(topic_dir, exist_ok=True)
+    path = os.path.join(topic_dir, FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, meta.to_json())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dfd = os.open(topic_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

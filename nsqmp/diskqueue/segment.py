@@ -93,7 +93,9 @@ class SegmentWriter:
         self.sync_every = sync_every
         os.makedirs(topic_dir, exist_ok=True)
         existing = [parse_name(n) for n in os.listdir(topic_dir)]
-        # a new incarnation never writes into an old file: it may hold unread records
+        # a new incarnation never writes into an old file: it may hold unread records.
+        # Sequence numbers are never reused (the ack log names records by them): the
+        # router never deletes an acceptor's newest file, so the maximum on disk only grows.
         self.seq = 1 + max((p[1] for p in existing if p and p[0] == acceptor), default=-1)
         self._fd = -1
         self._map: mmap.mmap | None = None

@@ -52,6 +52,32 @@ def recover_owned(router) -> Summary:
     return summary
 
 
+def rescan_acceptor(router, acceptor: int) -> int:
+    """Adopt records of `acceptor` found in the files past each owned topic's high-water mark."""
+    found = 0
+    for name in list_topics(router.opts.data_path):
+        raw = name.encode()
+        if is_ephemeral(raw) or not owned(raw, router.plan.routers, router.index):
+            continue
+        topic = router._topic(raw)
+        last = topic.hwm.get(acceptor, (-1, -1))
+        seqs = sorted(p[1] for p in (parse_name(f) for f in os.listdir(topic.dir))
+                      if p is not None and p[0] == acceptor and p[1] >= last[0])
+        for seq in seqs:
+            seg = topic.segment(acceptor, seq)
+            msgs, nbytes = [], 0
+            for offset, payload, due in scan(seg.path):
+                if (seq, offset) <= last:
+                    continue
+                msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset), due))
+                nbytes += len(payload) - 26
+                topic.hwm[acceptor] = (seq, offset)
+            if msgs:
+                found += len(msgs)
+                router._adopt(topic, msgs, nbytes)
+    return found
+
+
 def recover_topic(router, name: bytes, summary: Summary) -> None:
     topic = router._topic(name)
     summary.topics += 1

@@ -99,23 +99,30 @@ class Router(Role):
         _, acceptor, seq, offset, count, tlen = records.PUBLISH_HEAD.unpack_from(rec)
         pos = records.PUBLISH_HEAD.size
         topic = self._topic(rec[pos:pos + tlen])
-        if seq == records.MEMORY_ONLY:
-            seg = None
-        else:
-            last = topic.hwm.get(acceptor)
-            if last is not None and (seq, offset) <= last:
-                return  # already recovered from the segment files by this incarnation
-            seg = topic.segment(acceptor, seq)
-        # (the segment's refs are counted per channel entry in _enqueue, or here for the backlog)
+        durable = seq != records.MEMORY_ONLY
+        # records at or below the stream's high-water mark were already taken from the files
+        # (a recovery or rescan may have seen part of this very batch): skip them one by one
+        last = topic.hwm.get(acceptor, (-1, -1)) if durable else (-1, -1)
+        if durable and (seq, offset + len(rec)) <= last:
+            return
+        seg = topic.segment(acceptor, seq) if durable else None
         msgs = []  # (Message, due_ns)
         nbytes = 0
-        rel = 0
+        rel = -1
         for rel, payload, due in iter_blob(memoryview(rec)[pos + tlen:]):
+            if (seq, offset + rel) <= last:
+                continue
             body = payload[26:]
             msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg, offset + rel), due))
             nbytes += len(body)
-        if seg is not None:
+        if durable and rel >= 0 and (seq, offset + rel) > last:
             topic.hwm[acceptor] = (seq, offset + rel)
+        if not msgs:
+            return
+        self._adopt(topic, msgs, nbytes)
+
+    def _adopt(self, topic: Topic, msgs: list, nbytes: int) -> None:
+        """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first."""
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
@@ -125,8 +132,9 @@ class Router(Role):
                 topic.dropped += max(0, len(msgs) - room)
                 msgs = msgs[:room]
             topic.backlog.extend(msgs)
-            if seg is not None:
-                seg.refs += len(msgs)
+            for m, _ in msgs:
+                if m.segment is not None:
+                    m.segment.refs += 1
             return
         for ch in channels:
             if ch.ephemeral or topic.ephemeral:
@@ -205,6 +213,15 @@ class Router(Role):
         for c in list(self.consumers.values()):
             if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
                 self._drop_consumer(c)
+        if generation > 1:
+            # the old incarnation may have answered OK for records whose PUBLISH never made
+            # it into the ring: they are in its segment files, past our high-water mark
+            from nsqmp.router.recovery import rescan_acceptor
+
+            found = rescan_acceptor(self, acceptor)
+            if found:
+                self.log.info("took %d records of acceptor %d's previous incarnation from its files",
+                              found, acceptor)
 
     def _drop_consumer(self, c: Consumer) -> None:
         """Forget a consumer and requeue what it had in flight at once."""

@@ -33,9 +33,10 @@ log = logging.getLogger("nsqmp.supervisor")
 
 BOOT_TIMEOUT = 15.0
 STOP_TIMEOUT = 15.0
-# more deaths than this within the window means something is badly wrong: halt
-RESPAWN_LIMIT = 20
-RESPAWN_WINDOW = 60.0
+# a slot whose child dies this many times in a row, each within QUICK_DEATH seconds of
+# its start, is crash-looping: halt instead of respawning forever
+CRASH_LOOP = 5
+QUICK_DEATH = 1.0
 
 
 class BootError(Exception):
@@ -50,6 +51,7 @@ class Child:
     generation: int = 0
     pid: int = 0
     started: float = 0.0
+    quick_deaths: int = 0
 
     @property
     def name(self) -> str:
@@ -62,10 +64,10 @@ class Supervisor:
         self.children: dict[int, Child] = {}
         self.by_pid: dict[int, Child] = {}
         self.signals: list[int] = []
-        self.deaths: list[float] = []
         self.stopping = False
         self.shm_names: list[str] = []
         self.exit_code = 0
+        self.booted = False
 
     # -- start -------------------------------------------------------------------------
     def run(self) -> int:
@@ -150,13 +152,14 @@ class Supervisor:
         for child in front:
             self._spawn(child)
         self._wait_ready(front)
+        self.booted = True
         log.info("nsqmp ready: %d acceptors, %d routers, 1 timer", plan.acceptors, plan.routers)
 
     def _wait_ready(self, children: list[Child]) -> None:
         deadline = time.monotonic() + BOOT_TIMEOUT
         pending = {c.slot for c in children}
         while pending:
-            self._reap(booting=True)
+            self._reap()
             for slot in list(pending):
                 _, gen, state, _ = self.control.read(slot)
                 if state == control.READY and gen == self.children[slot].generation:
@@ -219,7 +222,7 @@ class Supervisor:
             if s.fileno() not in keep:
                 s.close()
 
-    def _reap(self, booting: bool = False) -> None:
+    def _reap(self) -> None:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -236,15 +239,15 @@ class Supervisor:
                 log.info("%s exited (%s)", child.name, _describe(code))
                 continue
             _, gen, state, _ = self.control.read(child.slot)
-            if booting or state != control.READY or gen != child.generation:
+            ready = state == control.READY and gen == child.generation
+            if not self.booted and not ready:
+                # a child that cannot start the first time will not start the next: halt
                 raise BootError(f"{child.name} failed to start ({_describe(code)}); see the log above")
             log.warning("%s (pid %d) died: %s; starting a replacement", child.name, pid, _describe(code))
-            now = time.monotonic()
-            self.deaths = [t for t in self.deaths if now - t < RESPAWN_WINDOW] + [now]
-            if len(self.deaths) > RESPAWN_LIMIT:
-                raise BootError(f"{len(self.deaths)} processes died within {RESPAWN_WINDOW:.0f}s; halting")
+            child.quick_deaths = child.quick_deaths + 1 if time.monotonic() - child.started < QUICK_DEATH else 0
+            if child.quick_deaths >= CRASH_LOOP:
+                raise BootError(f"{child.name} died {child.quick_deaths} times in a row right after starting; halting")
             self._spawn(child)
-            self._wait_ready([child])
 
     def _check_heartbeats(self) -> None:
         limit = int(self.opts.heartbeat_timeout * 1e9)

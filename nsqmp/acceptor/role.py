@@ -17,7 +17,7 @@ from nsqmp.roles import Role
 
 # a publisher stops being read while this many records wait for a full ring
 _BACKLOG_PAUSE = 256
-_STATS_TIMEOUT = 2.0
+_STATS_TIMEOUT = 5.0
 
 
 class Acceptor(Role):

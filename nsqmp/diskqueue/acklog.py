@@ -49,7 +49,7 @@ class AckLog:
         self.pos = count * ENTRY.size
         self._size = max(size, _GROW)
         if size < self._size:
-            os.ftruncate(self._fd, self._size)
+            os.posix_fallocate(self._fd, size, self._size - size)
         self._map = mmap.mmap(self._fd, self._size)
         self._dirty = False
 
@@ -62,7 +62,7 @@ class AckLog:
         end = self.pos + len(data)
         if end > self._size:
             new = max(self._size * 2, end + _GROW)
-            os.ftruncate(self._fd, new)
+            os.posix_fallocate(self._fd, self._size, new - self._size)  # ENOSPC: nothing written
             self._map.resize(new)
             self._size = new
         self._map[self.pos:end] = data

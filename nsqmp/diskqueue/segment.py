@@ -23,11 +23,16 @@ File layout (little-endian)::
     (the file is zero past it). Limits: 26 <= length <= max-msg-size + 34.
 
 The checksum is zlib's CRC-32 (standard library, hardware-assisted in zlib-ng builds).
+
+Space is reserved with posix_fallocate before it is mapped: a write through a mapping
+into a hole of a full disk would kill the process with SIGBUS, while a failed
+reservation is an ordinary OSError (ENOSPC) that becomes E_PUB_FAILED / HTTP 500.
 """
 from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -42,6 +47,7 @@ _LENGTH = 0x7FFFFFFF
 _DUE = struct.Struct("<q")
 MIN_PAYLOAD = 26
 _GROW_STEP = 1 << 20
+_GROW_MAX = 8 << 20
 
 
 def segment_path(topic_dir: str, acceptor: int, seq: int) -> str:
@@ -106,9 +112,16 @@ class SegmentWriter:
 
     def _open(self, at_least: int) -> None:
         path = segment_path(self.topic_dir, self.acceptor, self.seq)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        self._size = max(min(_GROW_STEP, self.max_bytes), at_least)
-        os.ftruncate(self._fd, self._size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        size = max(min(_GROW_STEP, self.max_bytes), at_least)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError:
+            os.close(fd)
+            os.unlink(path)  # nothing was written: the next try reuses this sequence number
+            raise
+        self._fd = fd
+        self._size = size
         self._map = mmap.mmap(self._fd, self._size)
         self._map[:HEADER.size] = HEADER.pack(MAGIC, VERSION, self.acceptor, self.seq)
         self.pos = HEADER_SIZE
@@ -125,8 +138,9 @@ class SegmentWriter:
         assert self._map is not None
         end = self.pos + need
         if end + RECORD_HEAD.size > self._size:
-            new_size = max(min(self._size * 2, max(self.max_bytes, end + 8)), end + RECORD_HEAD.size)
-            os.ftruncate(self._fd, new_size)
+            step = max(_GROW_STEP, min(self._size, _GROW_MAX))
+            new_size = max(min(self._size + step, max(self.max_bytes, end + 8)), end + RECORD_HEAD.size)
+            os.posix_fallocate(self._fd, self._size, new_size - self._size)  # ENOSPC: nothing written
             self._map.resize(new_size)
             self._size = new_size
         offset = self.pos
@@ -155,11 +169,30 @@ class SegmentWriter:
             self._fd = -1
 
 
-def scan(path: str) -> Iterator[tuple[int, bytes, int]]:
-    """(offset, message encoding, due_ns) of every valid record, stopping at the end marker.
+class ScanStats:
+    """What a scan had to skip: records with a bad checksum or length, and their bytes."""
 
-    Stops at the first record whose length is out of range or whose checksum fails
-    (recovery past a damaged record is the durability work's to add).
+    __slots__ = ("damaged", "skipped_bytes")
+
+    def __init__(self) -> None:
+        self.damaged = 0
+        self.skipped_bytes = 0
+
+
+# how far past a damaged record to look for the next valid one (a length word can be
+# damaged too, so the record's own length cannot always be trusted)
+RESYNC_WINDOW = (1 << 20) + (2 << 20)
+
+
+def scan(path: str, stats: ScanStats | None = None, resync: bool = True) -> Iterator[tuple[int, bytes, int]]:
+    """(offset, message encoding, due_ns) of every valid record, up to the end of the data.
+
+    A damaged record (bad checksum, impossible length, torn or zeroed by a crash or a
+    power loss) is skipped and reading resumes at the next valid record: first where the
+    damaged record's own length says the next one starts, else at the first offset within
+    RESYNC_WINDOW where a valid record begins. nsqd instead renames the file ".bad" and
+    loses everything after the damage. With resync=False (a file a live writer may still
+    be appending to) reading stops at the first record that is not valid.
     """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -169,24 +202,67 @@ def scan(path: str) -> Iterator[tuple[int, bytes, int]]:
     try:
         if data[:4] != MAGIC:
             return
-        yield from _records(data)
+        yield from _records(data, stats if stats is not None else ScanStats(), resync)
     finally:
         data.close()
 
 
-def _records(data) -> Iterator[tuple[int, bytes, int]]:
+def _valid_at(data, pos: int) -> int:
+    """Size of the whole record (head + payload) if a valid one starts at pos, else 0."""
+    if pos + 8 > len(data):
+        return 0
+    word, crc = RECORD_HEAD.unpack_from(data, pos)
+    length = word & _LENGTH
+    if length < MIN_PAYLOAD + (8 if word & DEFER else 0) or pos + 8 + length > len(data):
+        return 0
+    if zlib.crc32(data[pos + 8:pos + 8 + length]) != crc:
+        return 0
+    return 8 + length
+
+
+_ZEROS = bytes(8)
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+def _next_valid(data, pos: int) -> int:
+    """Offset of the first valid record after a damaged one at pos, or -1."""
+    if data[pos:pos + 8] == _ZEROS:
+        m = _NONZERO.search(data, pos)
+        if m is None:
+            return -1  # zeros to the end: the end of what was written
+        start = max(pos + 1, m.start() - 7)
+    else:
+        guess = pos + 8 + (RECORD_HEAD.unpack_from(data, pos)[0] & _LENGTH)
+        if _valid_at(data, guess):
+            return guess
+        start = pos + 1
+    for p in range(start, min(len(data) - 8, start + RESYNC_WINDOW)):
+        if _valid_at(data, p):
+            return p
+    return -1
+
+
+def _records(data, stats: ScanStats, resync: bool) -> Iterator[tuple[int, bytes, int]]:
     pos = HEADER_SIZE
     while pos + 8 <= len(data):
-        word, crc = RECORD_HEAD.unpack_from(data, pos)
-        length = word & _LENGTH
-        deferred = bool(word & DEFER)
-        if length < MIN_PAYLOAD + (8 if deferred else 0) or pos + 8 + length > len(data):
-            return
-        payload = data[pos + 8: pos + 8 + length]
-        if zlib.crc32(payload) != crc:
-            return
-        if deferred:
+        total = _valid_at(data, pos)
+        if not total:
+            if not resync:
+                return
+            found = _next_valid(data, pos)
+            if found < 0:
+                if data[pos:pos + 8] != _ZEROS:  # trailing garbage, not the clean end
+                    stats.damaged += 1
+                    stats.skipped_bytes += len(data) - pos
+                return
+            stats.damaged += 1
+            stats.skipped_bytes += found - pos
+            pos = found
+            continue
+        word = RECORD_HEAD.unpack_from(data, pos)[0]
+        payload = data[pos + 8:pos + total]
+        if word & DEFER:
             yield pos, payload[8:], _DUE.unpack_from(payload)[0]
         else:
             yield pos, payload, 0
-        pos += 8 + length
+        pos += total

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from nsqmp.diskqueue import acklog
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.layout import list_topics
-from nsqmp.diskqueue.segment import parse_name, scan
+from nsqmp.diskqueue.segment import ScanStats, parse_name, scan
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.channel import Message
 
@@ -36,6 +36,8 @@ class Summary:
     channels: int = 0
     messages: int = 0
     deferred: int = 0
+    damaged: int = 0  # damaged records skipped (see segment.scan)
+    skipped_bytes: int = 0
 
 
 def owned(name: bytes, routers: int, index: int) -> bool:
@@ -92,12 +94,18 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     for cid, acceptor, seq, offset in acklog.read(topic.dir):
         finished.setdefault(cid, set()).add((acceptor, seq, offset))
     files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
+    newest = {a: q for a, q in files}  # sorted: the last seq wins
+    # routers start before acceptors; a restarted router has live writers, whose newest
+    # file may end in a record still being copied: don't resync past that one
+    live_writers = router.generation > 1
     channels = list(topic.channels.values())
     now = time.time_ns()
+    stats = ScanStats()
     for acceptor, seq in files:
         seg = topic.segment(acceptor, seq)
         per_channel: dict = {ch: [] for ch in channels}
-        for offset, payload, due in scan(seg.path):
+        resync = not (live_writers and newest[acceptor] == seq)
+        for offset, payload, due in scan(seg.path, stats, resync):
             m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
             topic.hwm[acceptor] = (seq, offset)
             due = due if due > now else 0
@@ -123,3 +131,8 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
         # a segment nobody needs any more (every record finished) goes now, unless it is
         # its acceptor's newest: that one may still be written to
         topic.release(seg, 0)
+    if stats.damaged:
+        router.log.error("%s: skipped %d damaged records (%d bytes) and kept reading after them",
+                         name.decode(), stats.damaged, stats.skipped_bytes)
+    summary.damaged += stats.damaged
+    summary.skipped_bytes += stats.skipped_bytes

@@ -107,7 +107,10 @@ class Topic:
 
     def save_meta(self) -> None:
         if self.durable:
-            metafile.write(self.dir, self.meta)
+            try:
+                metafile.write(self.dir, self.meta)
+            except OSError as exc:
+                log.error("cannot write the metadata of %s: %s", self.name.decode(), exc)
 
     def ack(self, ch: Channel, seg: Segment, offset: int) -> None:
         if ch.id:
@@ -116,9 +119,14 @@ class Topic:
     def flush_acks(self) -> None:
         if not self.acks:
             return
-        if self.acklog is None:
-            self.acklog = AckLog(self.dir)
-        self.acklog.append(self.acks)
+        try:
+            if self.acklog is None:
+                self.acklog = AckLog(self.dir)
+            self.acklog.append(self.acks)
+        except OSError as exc:
+            # kept for the next try: until then a restart would deliver these again
+            log.error("cannot append %d acknowledgements of %s: %s", len(self.acks), self.name.decode(), exc)
+            return
         self.acks = []
 
     def sync(self) -> None:

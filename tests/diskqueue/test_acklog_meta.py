@@ -1,0 +1,42 @@
+"""The ack log and the topic metadata file."""
+from __future__ import annotations
+
+import os
+
+from nsqmp.diskqueue import acklog, meta
+from nsqmp.diskqueue.layout import list_topics, topic_dir
+
+
+def test_acklog_appends_reopens_and_compacts(tmp_path):
+    log = acklog.AckLog(str(tmp_path))
+    log.append([(1, 0, 5, 64), (2, 1, 5, 128)])
+    log.append([(1, 0, 6, 64)])
+    log.close()
+    assert list(acklog.read(str(tmp_path))) == [(1, 0, 5, 64), (2, 1, 5, 128), (1, 0, 6, 64)]
+    log = acklog.AckLog(str(tmp_path))
+    assert log.entries == 3
+    log.append([(3, 0, 6, 99)])
+    kept = log.compact(lambda c, a, q, o: q == 6)
+    assert kept == 2
+    log.append([(1, 0, 7, 1)])
+    log.close()
+    assert list(acklog.read(str(tmp_path))) == [(1, 0, 6, 64), (3, 0, 6, 99), (1, 0, 7, 1)]
+
+
+def test_meta_round_trip_is_atomic(tmp_path):
+    m = meta.TopicMeta(paused=True, next_channel_id=3, channels=[
+        meta.ChannelMeta("a", 1, False, None),
+        meta.ChannelMeta("b", 2, True, {0: (4, 640), 1: (0, 64)}),
+    ])
+    meta.write(str(tmp_path), m)
+    assert meta.read(str(tmp_path)) == m
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    assert meta.read(str(tmp_path / "missing")) is None
+
+
+def test_dot_names_stay_inside_the_data_path(tmp_path):
+    for name in (".", "..", "a.b", ".hidden"):
+        d = topic_dir(str(tmp_path), name)
+        assert os.path.realpath(d).startswith(os.path.realpath(tmp_path / "topics") + os.sep)
+        os.makedirs(d)
+    assert list_topics(str(tmp_path)) == sorted([".", "..", "a.b", ".hidden"])

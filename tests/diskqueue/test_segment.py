@@ -1,0 +1,143 @@
+"""Segment files: round trip, deferred records, corruption recovery, full disk."""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import subprocess
+
+import pytest
+
+from nsqmp.diskqueue.segment import (
+    HEADER_SIZE, ScanStats, SegmentWriter, encode, iter_blob, parse_name, scan, segment_path,
+)
+from nsqmp.protocol.frames import MESSAGE_HEADER
+
+
+def message(i: int, size: int = 100) -> bytes:
+    body = (b"%08d" % i) * (size // 8)
+    return MESSAGE_HEADER.pack(1_700_000_000_000_000_000 + i, 0, b"%016x" % i) + body
+
+
+def write_segment(tmp_path, n: int, batch: int = 1) -> tuple[str, list[int]]:
+    w = SegmentWriter(str(tmp_path), 3, 1 << 24, 0)
+    offsets = []
+    for i in range(0, n, batch):
+        blob = encode([message(k) for k in range(i, min(n, i + batch))])
+        seq, off = w.append(blob)
+        offsets += [off + rel for rel, _, _ in iter_blob(blob)]
+    w.close()
+    return segment_path(str(tmp_path), 3, 0), offsets
+
+
+def test_round_trip_and_names(tmp_path):
+    path, offsets = write_segment(tmp_path, 500, batch=7)
+    got = list(scan(path))
+    assert [o for o, _, _ in got] == offsets
+    assert [p for _, p, _ in got] == [message(i) for i in range(500)]
+    assert parse_name(os.path.basename(path)) == (3, 0)
+    assert parse_name("x.seg") is None
+
+
+def test_deferred_records_carry_their_due_time(tmp_path):
+    w = SegmentWriter(str(tmp_path), 0, 1 << 20, 0)
+    w.append(encode([message(1)], due_ns=123456789))
+    w.append(encode([message(2)]))
+    w.close()
+    got = list(scan(segment_path(str(tmp_path), 0, 0)))
+    assert [(p, d) for _, p, d in got] == [(message(1), 123456789), (message(2), 0)]
+
+
+def test_rolls_at_max_bytes_and_never_reuses_a_sequence(tmp_path):
+    w = SegmentWriter(str(tmp_path), 1, 8192, 0)
+    seqs = {w.append(encode([message(i, 1000)]))[0] for i in range(40)}
+    w.close()
+    assert len(seqs) > 3
+    again = SegmentWriter(str(tmp_path), 1, 8192, 0)
+    assert again.append(encode([message(99)]))[0] == max(seqs) + 1
+    again.close()
+
+
+def nsqd_rule(offsets: list[int], damaged_at: int) -> int:
+    """What nsqd keeps: the records before the first damaged one (it renames the file .bad)."""
+    return sum(1 for o in offsets if o < damaged_at)
+
+
+@pytest.mark.parametrize("how", ["flip-payload", "flip-length", "zero-page", "garbage-run"])
+def test_damaged_records_are_skipped_and_reading_resumes(tmp_path, how):
+    n = 2000
+    path, offsets = write_segment(tmp_path, n)
+    rng = random.Random(how)
+    victim = rng.randrange(n // 4, n // 2)
+    at = offsets[victim]
+    with open(path, "r+b") as f:
+        if how == "flip-payload":
+            f.seek(at + 40)
+            f.write(b"\xff")
+        elif how == "flip-length":
+            f.seek(at)
+            f.write(b"\x13\x37\x00\x00")
+        elif how == "zero-page":
+            page = at & ~4095
+            at = max(page, HEADER_SIZE)
+            f.seek(at)
+            f.write(bytes(4096))
+        else:
+            f.seek(at + 10)
+            f.write(os.urandom(700))
+    stats = ScanStats()
+    got = [p for _, p, _ in scan(path, stats)]
+    lost = n - len(got)
+    kept_by_nsqd = nsqd_rule(offsets, at)
+    print(f"\n{how}: recovered {len(got)}/{n} (nsqd's rule keeps {kept_by_nsqd}); "
+          f"skipped {stats.damaged} damaged stretch(es), {stats.skipped_bytes} bytes")
+    assert stats.damaged >= 1
+    assert set(got) <= {message(i) for i in range(n)}
+    assert lost <= (4096 // 100 + 2 if how == "zero-page" else 8)
+    assert len(got) > kept_by_nsqd
+
+
+def test_torn_tail_keeps_everything_before_it(tmp_path):
+    path, offsets = write_segment(tmp_path, 100)
+    with open(path, "r+b") as f:
+        f.truncate(offsets[60] + 20)  # a record cut in the middle, as a crash leaves it
+    stats = ScanStats()
+    assert len(list(scan(path, stats))) == 60
+    assert stats.damaged == 1
+
+
+def test_without_resync_reading_stops_at_the_first_bad_record(tmp_path):
+    path, offsets = write_segment(tmp_path, 100)
+    with open(path, "r+b") as f:
+        f.seek(offsets[30] + 40)
+        f.write(b"\xff")
+    assert len(list(scan(path, resync=False))) == 30
+    assert len(list(scan(path, resync=True))) == 99
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MiB tmpfs the test mounts itself (the machine's tests run as root)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.fail("the full-disk tests mount a tmpfs and need root")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_full_disk_is_an_error_not_a_crash(small_fs):
+    w = SegmentWriter(str(small_fs / "t"), 0, 1 << 24, 0)
+    accepted = 0
+    with pytest.raises(OSError) as info:
+        for i in range(100_000):
+            w.append(encode([message(i, 4000)] * 4))
+            accepted += 4
+    assert info.value.errno == errno.ENOSPC
+    w.close()
+    got = [p for name in sorted(os.listdir(small_fs / "t"))
+           for _, p, _ in scan(str(small_fs / "t" / name))]
+    assert len(got) == accepted  # everything accepted before the failure is there, intact

@@ -175,7 +175,7 @@ def _publish(server, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> No
         server.publisher.publish(topic, bodies, defer_ms)
     except OSError as exc:
         log.error("HTTP publish to %s failed: %s", topic.decode(), exc)
-        server.health_error(str(exc))
+        server.health_error(exc)
         raise HttpError(500, "INTERNAL_ERROR") from None
     server.health_ok()
 

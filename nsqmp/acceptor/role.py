@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
+import os
 import socket
 import time
 
@@ -29,7 +31,6 @@ class Acceptor(Role):
         self.tcp_sock = tcp_sock
         self.http_sock = http_sock
         self.connections: dict[int, V2Connection] = {}
-        self.health = ""
         self.hostname = socket.gethostname()
         self.start_time = int(time.time())
         self.tcp_port = tcp_sock.getsockname()[1]
@@ -79,11 +80,22 @@ class Acceptor(Role):
     def router_slot(self, topic: bytes) -> int:
         return self.plan.router_slot(router_for(topic, self.plan.routers))
 
-    def health_error(self, message: str) -> None:
-        self.health = message
+    def health_error(self, exc: OSError) -> None:
+        """A disk write failed: /ping and /stats say NOK (on every acceptor) until one succeeds."""
+        self.control.set_health(self.slot, exc.errno or errno.EIO)
 
     def health_ok(self) -> None:
-        self.health = ""
+        if self.control.health(self.slot):
+            self.control.set_health(self.slot, 0)
+
+    @property
+    def health(self) -> str:
+        """'' when every acceptor's last disk write succeeded, else the error."""
+        for i in range(self.plan.acceptors):
+            err = self.control.health(self.plan.acceptor_slot(i))
+            if err:
+                return f"failed to write to disk: {os.strerror(err)}"
+        return ""
 
     def apply_backpressure(self, conn: V2Connection) -> None:
         if self.endpoint.backlog > _BACKLOG_PAUSE and conn.transport is not None and conn not in self._paused:

@@ -274,7 +274,7 @@ class V2Connection(asyncio.Protocol):
             self.server.publisher.publish(topic, bodies, defer_ms)
         except OSError as exc:
             log.error("%s to %s failed: %s", cmd, topic.decode(), exc)
-            self.server.health_error(str(exc))
+            self.server.health_error(exc)
             raise FatalClientError(code, f"{cmd} failed {exc.strerror or exc}") from None
         self.server.health_ok()
         self.write(OK_FRAME)

@@ -4,7 +4,8 @@ Layout (little-endian)::
 
     0  magic 'NQCT' u32 | 4 version u16 | 6 slots u16 | 8..63 reserved
     64 + 64 * slot:
-       +0 pid u32 | +4 generation u32 | +8 state u32 | +12 reserved u32
+       +0 pid u32 | +4 generation u32 | +8 state u32
+       +12 health u32: errno of the slot's last failed disk write, 0 when healthy
        +16 heartbeat u64: CLOCK_MONOTONIC ns of the child's last beat
 
 A child writes only its own slot; the supervisor only reads (and resets a slot before it
@@ -56,6 +57,12 @@ class ControlBlock:
 
     def announce(self, slot: int, pid: int, generation: int, state: int) -> None:
         SLOT.pack_into(self.buf, SLOT_BASE + SLOT_SIZE * slot, pid, generation, state, 0, time.monotonic_ns())
+
+    def set_health(self, slot: int, err: int) -> None:
+        struct.pack_into("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 12, err)
+
+    def health(self, slot: int) -> int:
+        return struct.unpack_from("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 12)[0]
 
     def beat(self, slot: int) -> None:
         struct.pack_into("<Q", self.buf, SLOT_BASE + SLOT_SIZE * slot + 16, time.monotonic_ns())

@@ -31,6 +31,7 @@ class Acceptor(Role):
         self.tcp_sock = tcp_sock
         self.http_sock = http_sock
         self.connections: dict[int, V2Connection] = {}
+        self._ok_noted = 0.0
         self.hostname = socket.gethostname()
         self.start_time = int(time.time())
         self.tcp_port = tcp_sock.getsockname()[1]
@@ -81,21 +82,20 @@ class Acceptor(Role):
         return self.plan.router_slot(router_for(topic, self.plan.routers))
 
     def health_error(self, exc: OSError) -> None:
-        """A disk write failed: /ping and /stats say NOK (on every acceptor) until one succeeds."""
-        self.control.set_health(self.slot, exc.errno or errno.EIO)
+        """A disk write failed: /ping and /stats say NOK on every acceptor until a write works."""
+        self.control.note_failure(self.slot, exc.errno or errno.EIO)
 
     def health_ok(self) -> None:
-        if self.control.health(self.slot):
-            self.control.set_health(self.slot, 0)
+        now = time.monotonic()
+        if self.control.failed(self.slot) or now - self._ok_noted > 1.0:
+            self.control.note_success(self.slot)
+            self._ok_noted = now
 
     @property
     def health(self) -> str:
-        """'' when every acceptor's last disk write succeeded, else the error."""
-        for i in range(self.plan.acceptors):
-            err = self.control.health(self.plan.acceptor_slot(i))
-            if err:
-                return f"failed to write to disk: {os.strerror(err)}"
-        return ""
+        """'' while the disk takes writes, else the newest error."""
+        err = self.control.health(self.plan.acceptor_slot(i) for i in range(self.plan.acceptors))
+        return f"failed to write to disk: {os.strerror(err)}" if err else ""
 
     def apply_backpressure(self, conn: V2Connection) -> None:
         if self.endpoint.backlog > _BACKLOG_PAUSE and conn.transport is not None and conn not in self._paused:

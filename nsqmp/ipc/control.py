@@ -5,8 +5,13 @@ Layout (little-endian)::
     0  magic 'NQCT' u32 | 4 version u16 | 6 slots u16 | 8..63 reserved
     64 + 64 * slot:
        +0 pid u32 | +4 generation u32 | +8 state u32
-       +12 health u32: errno of the slot's last failed disk write, 0 when healthy
+       +12 errno u32 of the slot's last failed disk write (0: none since its last success)
        +16 heartbeat u64: CLOCK_MONOTONIC ns of the child's last beat
+       +24 failed_at u64: CLOCK_MONOTONIC ns of that failure
+       +32 ok_at u64: CLOCK_MONOTONIC ns of a recent successful write (noted at most 1/s)
+
+The broker is unhealthy while the newest failure of any slot is newer than the newest
+success of any slot: a write that works anywhere means the disk has room again.
 
 A child writes only its own slot; the supervisor only reads (and resets a slot before it
 forks the slot's next incarnation). Aligned 8-byte stores are single writes on every CPU
@@ -58,11 +63,30 @@ class ControlBlock:
     def announce(self, slot: int, pid: int, generation: int, state: int) -> None:
         SLOT.pack_into(self.buf, SLOT_BASE + SLOT_SIZE * slot, pid, generation, state, 0, time.monotonic_ns())
 
-    def set_health(self, slot: int, err: int) -> None:
-        struct.pack_into("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 12, err)
+    def note_failure(self, slot: int, err: int) -> None:
+        base = SLOT_BASE + SLOT_SIZE * slot
+        struct.pack_into("<Q", self.buf, base + 24, time.monotonic_ns())
+        struct.pack_into("<I", self.buf, base + 12, err)
 
-    def health(self, slot: int) -> int:
-        return struct.unpack_from("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 12)[0]
+    def note_success(self, slot: int) -> None:
+        base = SLOT_BASE + SLOT_SIZE * slot
+        struct.pack_into("<Q", self.buf, base + 32, time.monotonic_ns())
+        struct.pack_into("<I", self.buf, base + 12, 0)
+
+    def failed(self, slot: int) -> bool:
+        return struct.unpack_from("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 12)[0] != 0
+
+    def health(self, slots) -> int:
+        """errno of the newest failure among `slots` if no success came after it, else 0."""
+        newest_fail, err, newest_ok = 0, 0, 0
+        for slot in slots:
+            base = SLOT_BASE + SLOT_SIZE * slot
+            e = struct.unpack_from("<I", self.buf, base + 12)[0]
+            failed_at, ok_at = struct.unpack_from("<QQ", self.buf, base + 24)
+            if e and failed_at > newest_fail:
+                newest_fail, err = failed_at, e
+            newest_ok = max(newest_ok, ok_at)
+        return err if newest_fail > newest_ok else 0
 
     def beat(self, slot: int) -> None:
         struct.pack_into("<Q", self.buf, SLOT_BASE + SLOT_SIZE * slot + 16, time.monotonic_ns())

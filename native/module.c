@@ -10,9 +10,11 @@
 #include <Python.h>
 
 int nsqmp_ring_add(PyObject *module);   /* ring.c */
+int nsqmp_heap_add(PyObject *module);   /* heap.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
+    nsqmp_heap_add,
 };
 
 static int

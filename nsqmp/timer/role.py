@@ -1,4 +1,14 @@
-"""The timer process: owns every deadline and tells the owning router when one passes."""
+"""The timer process: owns every deadline and tells the owning router when one passes.
+
+ARM and DISARM payloads go to the heap as they are (``arm_many`` / ``disarm_many``: no
+Python object per entry). One loop timer is armed for the earliest deadline; it is moved
+only when a deadline earlier than the planned wake-up arrives. When the earliest deadline
+moves later (DISARM, re-arm) the planned wake-up stays: it finds nothing due and plans
+the next one, which costs less than cancelling and re-creating a loop timer per record.
+A wake-up pops what is due (at most ``FIRE_BATCH`` entries, the rest on the next loop
+iteration) and sends each owner its tokens in FIRE records no larger than the ring allows.
+"""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,15 +18,28 @@ from nsqmp.ipc import records
 from nsqmp.roles import Role
 from nsqmp.timer.heap import DeadlineHeap
 
+FIRE_BATCH = 65536  # entries popped per wake-up before the loop gets a turn
+_FIRE = bytes((records.FIRE,))
+
+
+def fire_chunk_bytes(ring_capacity: int) -> int:
+    """Token bytes per FIRE record: the record (kind byte included) stays below max_record - 64."""
+    return max(8, (ring_capacity // 4 - 64 - 1) // 8 * 8)
+
 
 class Timer(Role):
     title = "nsqmp timer"
 
-    def __init__(self, opts, plan, generation: int, doorbells, control_name: str) -> None:
-        super().__init__(opts, plan, plan.timer_slot, generation, doorbells, control_name)
+    def __init__(
+        self, opts, plan, generation: int, doorbells, control_name: str
+    ) -> None:
+        super().__init__(
+            opts, plan, plan.timer_slot, generation, doorbells, control_name
+        )
         self.heap = DeadlineHeap()
-        self._wake: asyncio.TimerHandle | None = None
+        self._wake: asyncio.Handle | None = None
         self._wake_at: int | None = None
+        self._chunk = fire_chunk_bytes(plan.ring_capacity)
 
     def started(self) -> None:
         for j in range(self.plan.routers):
@@ -24,34 +47,49 @@ class Timer(Role):
 
     def on_record(self, src: int, rec: bytes) -> None:
         kind = rec[0]
-        if kind == records.ARM:
-            for token, deadline in records.unpack_arm(rec):
-                self.heap.arm(src, token, deadline)
-        elif kind == records.DISARM:
-            for token in records.unpack_tokens(rec):
-                self.heap.disarm(src, token)
-        else:
-            self.log.error("unexpected record kind %d from slot %d", kind, src)
+        try:
+            if kind == records.ARM:
+                self.heap.arm_many(src, memoryview(rec)[1:])
+            elif kind == records.DISARM:
+                self.heap.disarm_many(src, memoryview(rec)[1:])
+            else:
+                self.log.error("unexpected record kind %d from slot %d", kind, src)
+                return
+        except ValueError as exc:  # a truncated record: nothing of it was applied
+            self.log.error("malformed record kind %d from slot %d: %s", kind, src, exc)
             return
         self._reschedule()
 
     def _reschedule(self) -> None:
         nxt = self.heap.next_deadline()
-        if nxt is None or nxt == self._wake_at:
-            return
+        if nxt is None or (self._wake_at is not None and self._wake_at <= nxt):
+            return  # nothing to wait for, or the planned wake-up comes first
         if self._wake is not None:
             self._wake.cancel()
         self._wake_at = nxt
-        delay = max(0.0, (nxt - time.monotonic_ns()) / 1e9)
-        self._wake = self.loop.call_later(delay, self._fire)
+        # whole milliseconds, rounded up: the loop's clock has 1 ms resolution, and a
+        # wake-up that comes early anyway finds nothing due and plans the next one
+        delay_ms = -(-(nxt - time.monotonic_ns()) // 1_000_000)
+        self._wake = self.loop.call_later(max(0, delay_ms) / 1000, self._fire)
 
     def _fire(self) -> None:
         self._wake = None
         self._wake_at = None
-        due: dict[int, list[int]] = {}
-        for owner, token in self.heap.pop_due(time.monotonic_ns()):
-            due.setdefault(owner, []).append(token)
-        for owner, tokens in due.items():
-            for start in range(0, len(tokens), 8192):
-                self.endpoint.send(owner, records.tokens(records.FIRE, tokens[start:start + 8192]))
-        self._reschedule()
+        now = time.monotonic_ns()
+        due = self.heap.pop_due(now, FIRE_BATCH)
+        chunk = self._chunk
+        popped = 0
+        for owner, tokens in due:
+            popped += len(tokens)
+            if len(tokens) <= chunk:
+                self.endpoint.send(owner, _FIRE + tokens)
+                continue
+            view = memoryview(tokens)
+            for start in range(0, len(tokens), chunk):
+                self.endpoint.send(owner, _FIRE + view[start : start + chunk])
+        if popped == FIRE_BATCH * 8:
+            # more may be due: carry on once the loop has drained the rings
+            self._wake_at = now
+            self._wake = self.loop.call_soon(self._fire)
+        else:
+            self._reschedule()

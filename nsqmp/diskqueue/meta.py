@@ -1,8 +1,13 @@
 """A topic's metadata, rewritten whole on every change: temporary file, fsync, rename.
 
-    {"version": 1, "paused": false, "next_channel_id": 3,
-     "channels": [{"name": "c", "id": 1, "paused": false,
+    {"version": 1, "paused": false, "next_channel_id": 3, "counts": {...},
+     "channels": [{"name": "c", "id": 1, "paused": false, "counts": {...},
                    "start": {"0": [seq, offset], ...} | null}]}
+
+`counts` are the /stats counters (message_count, requeue_count, ...) as of the last
+write: a graceful stop writes them last, so a restart shows the same numbers.
+`deferred` (written by a graceful stop, cleared by the next start) lists the channel's
+messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, attempts].
 
 `start` is where the channel began: per acceptor stream, the position (seq, offset) of
 the last record published before the channel existed; records at or before it are not
@@ -25,6 +30,8 @@ class ChannelMeta:
     id: int
     paused: bool = False
     start: dict[int, tuple[int, int]] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    deferred: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -32,14 +39,17 @@ class TopicMeta:
     paused: bool = False
     next_channel_id: int = 1
     channels: list[ChannelMeta] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return json.dumps({
             "version": VERSION,
             "paused": self.paused,
             "next_channel_id": self.next_channel_id,
+            "counts": self.counts,
             "channels": [
-                {"name": c.name, "id": c.id, "paused": c.paused,
+                {"name": c.name, "id": c.id, "paused": c.paused, "counts": c.counts,
+                 "deferred": [list(d) for d in c.deferred],
                  "start": None if c.start is None else {str(a): list(p) for a, p in c.start.items()}}
                 for c in self.channels
             ],
@@ -53,10 +63,13 @@ class TopicMeta:
         return cls(
             paused=bool(raw.get("paused", False)),
             next_channel_id=int(raw.get("next_channel_id", 1)),
+            counts={k: int(v) for k, v in raw.get("counts", {}).items()},
             channels=[
                 ChannelMeta(c["name"], int(c["id"]), bool(c.get("paused", False)),
                             None if c.get("start") is None
-                            else {int(a): (int(p[0]), int(p[1])) for a, p in c["start"].items()})
+                            else {int(a): (int(p[0]), int(p[1])) for a, p in c["start"].items()},
+                            {k: int(v) for k, v in c.get("counts", {}).items()},
+                            [tuple(int(x) for x in d) for d in c.get("deferred", [])])
                 for c in raw.get("channels", [])
             ],
         )

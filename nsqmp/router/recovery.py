@@ -93,6 +93,12 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     finished: dict[int, set[tuple[int, int, int]]] = {}
     for cid, acceptor, seq, offset in acklog.read(topic.dir):
         finished.setdefault(cid, set()).add((acceptor, seq, offset))
+    # REQ-deferred messages a graceful stop wrote down: position -> (due, attempts), per channel
+    saved: dict[int, dict[tuple[int, int, int], tuple[int, int]]] = {}
+    if meta is not None:
+        for cm in meta.channels:
+            saved[cm.id] = {(a, q, o): (due, tries) for a, q, o, due, tries in cm.deferred}
+            cm.deferred = []
     files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
     newest = {a: q for a, q in files}  # sorted: the last seq wins
     # routers start before acceptors; a restarted router has live writers, whose newest
@@ -104,6 +110,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     for acceptor, seq in files:
         seg = topic.segment(acceptor, seq)
         per_channel: dict = {ch: [] for ch in channels}
+        tries: dict = {ch: {} for ch in channels}
         resync = not (live_writers and newest[acceptor] == seq)
         for offset, payload, due in scan(seg.path, stats, resync):
             m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
@@ -124,13 +131,23 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                         continue
                 if pos in finished.get(ch.id, ()):
                     continue
+                kept = saved.get(ch.id, {}).get(pos)
+                if kept is not None:
+                    tries[ch][m] = kept[1]
+                    if kept[0] > now:
+                        per_channel[ch].append((m, kept[0]))
+                        continue
                 per_channel[ch].append((m, due))
         for ch, entries in per_channel.items():
             if entries:
-                router._enqueue(ch, entries)
+                router._enqueue(ch, entries, tries[ch])
         # a segment nobody needs any more (every record finished) goes now, unless it is
         # its acceptor's newest: that one may still be written to
         topic.release(seg, 0)
+    if meta is not None and meta.counts:
+        topic.restore_counts()  # the numbers /stats showed before the stop, not a recount
+    if any(saved.values()):
+        topic.save_meta()  # the deferred lists are applied: don't apply them twice
     if stats.damaged:
         router.log.error("%s: skipped %d damaged records (%d bytes) and kept reading after them",
                          name.decode(), stats.damaged, stats.skipped_bytes)

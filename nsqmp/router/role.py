@@ -145,14 +145,18 @@ class Router(Role):
                 take = msgs
             self._enqueue(ch, take)
 
-    def _enqueue(self, ch: Channel, entries: list) -> None:
-        """New (Message, due_ns) entries for a channel: ready now, or deferred until due."""
+    def _enqueue(self, ch: Channel, entries: list, attempts: dict | None = None) -> None:
+        """New (Message, due_ns) entries for a channel: ready now, or deferred until due.
+
+        attempts (recovery only) maps a message to the attempts it had already made.
+        """
         ready = ch.ready
         for m, due in entries:
+            tries = attempts.get(m, 0) if attempts else 0
             if due:
-                self._defer(ch, m, 0, self._mono(due))
+                self._defer(ch, m, tries, self._mono(due))
             else:
-                ready.append((m, 0))
+                ready.append((m, tries))
             if m.segment is not None:
                 m.segment.refs += 1
         ch.message_count += len(entries)

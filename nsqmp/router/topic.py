@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 
 from nsqmp.diskqueue import meta as metafile
@@ -138,7 +139,38 @@ class Topic:
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
                 self.acklog.compact(lambda c, a, q, o: (a, q) in live)
 
+    TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
+    CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")
+
+    def save_counts(self) -> None:
+        """Record the /stats counters in the metadata (graceful stop)."""
+        self.meta.counts = {k: getattr(self, k) for k in self.TOPIC_COUNTS}
+        by_id = {c.id: c for c in self.channels.values() if c.id}
+        to_wall = time.time_ns() - time.monotonic_ns()
+        for cm in self.meta.channels:
+            ch = by_id.get(cm.id)
+            if ch is not None:
+                cm.counts = {k: getattr(ch, k) for k in self.CHANNEL_COUNTS}
+                cm.deferred = [
+                    (d.message.segment.acceptor, d.message.segment.seq, d.message.offset,
+                     d.deadline + to_wall, d.attempts)
+                    for d in ch.deferred.values() if d.message.segment is not None
+                ]
+        self.save_meta()
+
+    def restore_counts(self) -> None:
+        for k in self.TOPIC_COUNTS:
+            setattr(self, k, self.meta.counts.get(k, getattr(self, k)))
+        by_id = {c.id: c for c in self.channels.values() if c.id}
+        for cm in self.meta.channels:
+            ch = by_id.get(cm.id)
+            if ch is not None:
+                for k in self.CHANNEL_COUNTS:
+                    setattr(ch, k, cm.counts.get(k, getattr(ch, k)))
+
     def close(self) -> None:
+        if self.durable:
+            self.save_counts()
         self.flush_acks()
         if self.acklog is not None:
             self.acklog.close()
@@ -155,5 +187,6 @@ class Topic:
             "message_count": self.message_count,
             "message_bytes": self.message_bytes,
             "paused": self.paused,
+            "nsqmp_dropped_count": self.dropped,
             "e2e_processing_latency": {"count": 0, "percentiles": None},
         }

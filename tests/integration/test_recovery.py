@@ -82,8 +82,9 @@ def scenario(tmp_path, how: str) -> None:
         assert dup == 0
         redelivered = set(done) & set(a_bodies)
         print(f"{how}: channel a got {len(a_bodies)} after restart, {len(redelivered)} duplicates of finished")
-        b_after = drain(b.tcp_address, "keep", "b", 1000)
-        assert {m.body for m in b_after} == set(bodies)
+        b_after = drain(b.tcp_address, "keep", "b", 1001)
+        b_bodies = {m.body for m in b_after}
+        assert set(bodies) <= b_bodies, (len(b_after), len(set(bodies) - b_bodies), b.log_text()[-3000:])
         # the deferred message keeps its due time: not yet delivered, then delivered
         t_due = time.monotonic()
         late = drain(b.tcp_address, "keep", "a", 1, timeout=8.0)
@@ -139,3 +140,52 @@ def test_finished_segments_are_deleted(tmp_path):
                  what="finished segments deleted")
     finally:
         assert b.stop() == 0
+
+
+def _counts(b: Broker) -> dict:
+    out = {}
+    for t in b.stats()["topics"]:
+        out[t["topic_name"]] = {k: t[k] for k in ("depth", "message_count", "message_bytes", "paused")}
+        for c in t["channels"]:
+            out[(t["topic_name"], c["channel_name"])] = {
+                k: c[k] for k in ("depth", "in_flight_count", "deferred_count", "message_count",
+                                  "requeue_count", "timeout_count", "paused")}
+    return out
+
+
+def test_graceful_restart_keeps_every_count_identical(tmp_path):
+    b = Broker(tmp_path / "data").start()
+    try:
+        for t, ch in (("g1", "x"), ("g1", "y"), ("g2", "z")):
+            with Connection.connect(b.tcp_address) as c:
+                c.identify()
+                c.sub(t, ch)
+        publish(b.tcp_address, "g1", [b"a%03d" % i for i in range(120)], batch=30)
+        publish(b.tcp_address, "g2", [b"b%03d" % i for i in range(50)], batch=50)
+        publish(b.tcp_address, "notopicchannel", [b"c%03d" % i for i in range(7)], batch=7)
+        with Connection.connect(b.tcp_address) as p:
+            p.send(wire.dpub("g1", 600_000, b"dpub-later"))
+            p.expect_ok()
+        with Connection.connect(b.tcp_address) as c:
+            c.identify(msg_timeout=1000)
+            c.sub("g1", "x", rdy=20)
+            msgs = [c.read_message() for _ in range(20)]
+            c.send(wire.rdy(0))  # no credit: requeued messages stay queued
+            for m in msgs[:10]:
+                c.fin(m.id)
+            for m in msgs[10:14]:
+                c.send(wire.req(m.id, 0))
+            for m in msgs[14:17]:
+                c.send(wire.req(m.id, 600_000))  # deferred for 10 minutes
+            time.sleep(1.5)  # msgs[17:20] time out (msg_timeout 1 s)
+            c.send(wire.NOP)
+        wait_for(lambda: _counts(b)[("g1", "x")]["in_flight_count"] == 0, what="nothing in flight")
+        before = _counts(b)
+        assert before[("g1", "x")]["deferred_count"] == 4  # 3 REQ'd + the DPUB
+        assert before[("g1", "x")]["timeout_count"] == 3
+        b = restart(b, "term")
+        after = _counts(b)
+        assert after == before
+    finally:
+        if b.proc.poll() is None:
+            assert b.stop() == 0

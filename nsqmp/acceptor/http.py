@@ -14,6 +14,7 @@ import httptools
 import orjson
 
 from nsqmp.acceptor.identify import VERSION
+from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.protocol.errors import ClientError
 from nsqmp.protocol.names import is_valid_name
 
@@ -173,6 +174,8 @@ async def h_info(server, req: Request):
 def _publish(server, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
     try:
         server.publisher.publish(topic, bodies, defer_ms)
+    except TopicFull:
+        raise HttpError(503, "TOPIC_FULL") from None
     except OSError as exc:
         log.error("HTTP publish to %s failed: %s", topic.decode(), exc)
         server.health_error(exc)

@@ -20,6 +20,10 @@ from nsqmp.protocol.names import is_ephemeral
 _MAX_IDS = 4096
 
 
+class TopicFull(Exception):
+    """The topic reached max-topic-bytes and its policy is to refuse (E_PUB_FAILED / 503)."""
+
+
 
 def router_for(topic: bytes, routers: int) -> int:
     """Stable placement of a topic: the same router in every process and every run."""
@@ -34,6 +38,7 @@ class Publisher:
         self.endpoint = endpoint
         self.ids = IdGenerator(opts.node_id + index)
         self.writers: dict[bytes, SegmentWriter] = {}
+        self.full_topics: set[bytes] = set()  # told by routers (max-topic-bytes, refuse)
         self.data_path = opts.data_path
         # what one PUBLISH record may carry: the ring's limit less the descriptor head
         self.max_chunk = plan.ring_capacity // 4 - 512
@@ -43,6 +48,8 @@ class Publisher:
 
         defer_ms > 0 (DPUB, /pub?defer=) stores the due time with each message.
         """
+        if topic in self.full_topics:
+            raise TopicFull()
         ts = time.time_ns()
         due = ts + defer_ms * 1_000_000 if defer_ms > 0 else 0
         pack = MESSAGE_HEADER.pack

@@ -152,8 +152,17 @@ class Acceptor(Role):
                 replies.append(orjson.loads(rec[records.REQ_ID.size:]))
                 if len(replies) == self.plan.routers and not fut.done():
                     fut.set_result(None)
+        elif kind == records.TOPIC_FULL:
+            topic = rec[2:]
+            if rec[1]:
+                self.publisher.full_topics.add(topic)
+            else:
+                self.publisher.full_topics.discard(topic)
         elif kind == records.R_HELLO:
             router_slot = src
+            # the restarted router re-announces the topics that are still full
+            self.publisher.full_topics = {t for t in self.publisher.full_topics
+                                          if self.router_slot(t) != router_slot}
             for c in self.connections.values():
                 if c.router == router_slot and not c.closed:
                     c.send_sub()

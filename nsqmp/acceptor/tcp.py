@@ -17,6 +17,7 @@ from collections.abc import Callable
 import orjson
 
 from nsqmp.acceptor.identify import ClientSettings, IdentifyError, negotiate, response
+from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.ipc import records
 from nsqmp.protocol import errors as E
 from nsqmp.protocol.errors import ClientError, FatalClientError
@@ -272,6 +273,8 @@ class V2Connection(asyncio.Protocol):
     def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str, defer_ms: int = 0) -> None:
         try:
             self.server.publisher.publish(topic, bodies, defer_ms)
+        except TopicFull:
+            raise FatalClientError(code, f"{cmd} failed topic full") from None
         except OSError as exc:
             log.error("%s to %s failed: %s", cmd, topic.decode(), exc)
             self.server.health_error(exc)

@@ -786,7 +786,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "mem-queue-size", INT, 10000,
-        "Messages kept in memory per topic and per channel before overflowing to disk.",
+        "Messages an #ephemeral topic or channel holds (in memory only); more are dropped "
+        "and counted. Durable topics always keep their messages in segment files.",
         section="storage", check=at_least(0),
     ),
     Option(
@@ -796,13 +797,25 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "sync-every", INT, 2500,
-        "Messages written per disk-queue fsync.",
+        "Appends (a PUB, or a whole MPUB) to a segment file between msyncs of it.",
         section="storage", check=at_least(1),
     ),
     Option(
         "sync-timeout", DURATION, "2s",
-        "Longest time between disk-queue fsyncs while there is activity.",
+        "Longest time between msyncs of segment files and ack logs while there is activity.",
         section="storage", check=positive,
+    ),
+    Option(
+        "max-topic-bytes", BYTESIZE, 0,
+        "Cap on the bytes a topic's segment files may hold (0: no cap); what happens at the "
+        "cap is topic-full-policy.",
+        section="storage", nsqd=False, check=at_least(0),
+    ),
+    Option(
+        "topic-full-policy", STR, "refuse",
+        "At max-topic-bytes: 'refuse' new messages (E_PUB_FAILED, HTTP 503) until consumers "
+        "catch up, or 'drop-oldest' queued messages and count them (nsqmp_dropped_count).",
+        section="storage", nsqd=False, choices=("refuse", "drop-oldest"),
     ),
     # -- messages ---------------------------------------------------------------------
     Option(

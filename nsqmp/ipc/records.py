@@ -19,6 +19,7 @@ followed by at most one variable part. Layouts, by kind::
     CONN_ERR | kind | conn u64 | fatal u8 | error text
     REPLY    | kind | req_id u32 | JSON reply
     R_HELLO  | kind | router u16                    (router restarted: re-send SUB and RDY)
+    TOPIC_FULL | kind | full u8 | topic             (max-topic-bytes reached / cleared: refuse)
   router -> timer
     ARM      | kind | n x (token u64, deadline_ns i64)
     DISARM   | kind | n x token u64
@@ -38,7 +39,7 @@ from __future__ import annotations
 import struct
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
-DELIVER, CONN_ERR, REPLY, R_HELLO = range(20, 24)
+DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL = range(20, 25)
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
 

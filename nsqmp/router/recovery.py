@@ -73,6 +73,7 @@ def rescan_acceptor(router, acceptor: int) -> int:
                     continue
                 msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset), due))
                 nbytes += len(payload) - 26
+                topic.count_bytes(seg, 8 + len(payload) + (8 if due else 0))
                 topic.hwm[acceptor] = (seq, offset)
             if msgs:
                 found += len(msgs)
@@ -115,6 +116,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
         for offset, payload, due in scan(seg.path, stats, resync):
             m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
             topic.hwm[acceptor] = (seq, offset)
+            topic.count_bytes(seg, 8 + len(payload) + (8 if due else 0))
             due = due if due > now else 0
             summary.messages += 1
             if due:

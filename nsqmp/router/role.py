@@ -73,6 +73,9 @@ class Router(Role):
         hello = records.HELLO_R.pack(records.R_HELLO, self.index)
         for i in range(self.plan.acceptors):
             self.endpoint.send(self.plan.acceptor_slot(i), hello)
+        # after the hello (which makes acceptors forget our old topic-full flags)
+        for topic in list(self.topics.values()):
+            self.check_cap(topic)
 
     def on_record(self, src: int, rec: bytes) -> None:
         handler = self.handlers.get(rec[0])
@@ -109,9 +112,11 @@ class Router(Role):
         msgs = []  # (Message, due_ns)
         nbytes = 0
         rel = -1
+        added = 0
         for rel, payload, due in iter_blob(memoryview(rec)[pos + tlen:]):
             if (seq, offset + rel) <= last:
                 continue
+            added += 8 + len(payload) + (8 if due else 0)
             body = payload[26:]
             msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg, offset + rel), due))
             nbytes += len(body)
@@ -119,7 +124,66 @@ class Router(Role):
             topic.hwm[acceptor] = (seq, offset + rel)
         if not msgs:
             return
+        if seg is not None:
+            topic.count_bytes(seg, added)
         self._adopt(topic, msgs, nbytes)
+        if seg is not None and self.opts.max_topic_bytes:
+            self.check_cap(topic)
+
+    # -- max-topic-bytes ---------------------------------------------------------------------
+    def check_cap(self, topic: Topic) -> None:
+        """Apply topic-full-policy when the topic's files pass max-topic-bytes."""
+        cap = self.opts.max_topic_bytes
+        if not cap or topic.ephemeral:
+            return
+        if self.opts.topic_full_policy == "refuse":
+            full = topic.disk_bytes > cap or (topic.full and topic.disk_bytes > cap * 0.9)
+            if full != topic.full:
+                topic.full = full
+                self.log.warning("topic %s %s (%d bytes in files, cap %d)", topic.name.decode(),
+                                 "is full: refusing publishes" if full else "has room again",
+                                 topic.disk_bytes, cap)
+                rec = bytes((records.TOPIC_FULL, full)) + topic.name
+                for i in range(self.plan.acceptors):
+                    self.endpoint.send(self.plan.acceptor_slot(i), rec)
+            return
+        while topic.disk_bytes > cap:
+            victim = next((s for s in topic.segments.values()
+                           if not s.dropped and s.seq < topic.latest_seq.get(s.acceptor, -1)), None)
+            if victim is None:
+                return  # only files still being written: nothing older to drop
+            self._drop_segment(topic, victim)
+
+    def _drop_segment(self, topic: Topic, seg) -> None:
+        """drop-oldest: forget every queued copy of this file's messages, for good."""
+        seg.dropped = True
+        topic.disk_bytes -= seg.bytes
+        dropped = 0
+        for ch in topic.channels.values():
+            keep = [(m, a) for m, a in ch.ready if m.segment is not seg]
+            gone = [m for m, a in ch.ready if m.segment is seg]
+            for d in [d for d in ch.deferred.values() if d.message.segment is seg]:
+                del ch.deferred[d.token]
+                self.tokens.pop(d.token, None)
+                self._disarms.append(d.token)
+                gone.append(d.message)
+            ch.ready.clear()
+            ch.ready.extend(keep)
+            for m in gone:
+                topic.ack(ch, seg, m.offset)  # so a restart does not bring it back
+                topic.release(seg)
+            dropped += len(gone)
+        backlog = [(m, d) for m, d in topic.backlog if m.segment is seg]
+        if backlog:
+            topic.backlog = type(topic.backlog)((m, d) for m, d in topic.backlog if m.segment is not seg)
+            for _ in backlog:
+                topic.release(seg)
+            dropped += len(backlog)
+        topic.dropped += dropped
+        self._acks_pending.add(topic)
+        self._flush_timer_soon()
+        self.log.warning("topic %s over max-topic-bytes: dropped %d queued messages of %s",
+                         topic.name.decode(), dropped, seg.path)
 
     def _adopt(self, topic: Topic, msgs: list, nbytes: int) -> None:
         """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first."""
@@ -303,6 +367,8 @@ class Router(Role):
             topic = inf.consumer.channel.topic
             topic.ack(inf.consumer.channel, m.segment, m.offset)
             topic.release(m.segment)
+            if topic.full:
+                self.check_cap(topic)
             self._acks_pending.add(topic)
             self._flush_timer_soon()
 

@@ -23,13 +23,15 @@ log = logging.getLogger("nsqmp.router")
 
 
 class Segment:
-    __slots__ = ("acceptor", "seq", "refs", "path")
+    __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped")
 
     def __init__(self, acceptor: int, seq: int, path: str) -> None:
         self.acceptor = acceptor
         self.seq = seq
         self.refs = 0
         self.path = path
+        self.bytes = 0  # record bytes adopted from this file
+        self.dropped = False  # its queued copies were dropped (drop-oldest): bytes no longer counted
 
 
 class Topic:
@@ -52,6 +54,8 @@ class Topic:
         self.message_bytes = 0
         self.dropped = 0
         self.paused = False
+        self.disk_bytes = 0  # record bytes in segment files not yet deleted or dropped
+        self.full = False  # refusing publishes (max-topic-bytes, policy refuse)
 
     def segment(self, acceptor: int, seq: int) -> Segment:
         key = (acceptor, seq)
@@ -65,10 +69,17 @@ class Topic:
                     self.release(old, 0)
         return seg
 
+    def count_bytes(self, seg: Segment, n: int) -> None:
+        seg.bytes += n
+        if not seg.dropped:
+            self.disk_bytes += n
+
     def release(self, seg: Segment, count: int = 1) -> None:
         seg.refs -= count
         if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
             del self.segments[(seg.acceptor, seg.seq)]
+            if not seg.dropped:
+                self.disk_bytes -= seg.bytes
             try:
                 os.unlink(seg.path)
             except FileNotFoundError:

@@ -313,8 +313,9 @@ def test_computed_defaults() -> None:
 
 def test_nsqmp_own_options_are_marked() -> None:
     own = {o.name for o in OPTIONS if not o.nsqd}
-    assert {"acceptors", "routers", "ring-size", "heartbeat-timeout", "restart-backoff"} <= own
-    assert all(OPTIONS_BY_NAME[n].section == "processes" for n in own)
+    assert {"acceptors", "routers", "ring-size", "heartbeat-timeout", "restart-backoff",
+            "max-topic-bytes", "topic-full-policy"} <= own
+    assert all(OPTIONS_BY_NAME[n].section in ("processes", "storage") for n in own)
     assert OPTIONS_BY_NAME["acceptors"].origin == "nsqmp"
     assert OPTIONS_BY_NAME["msg-timeout"].origin == "nsqd"
 

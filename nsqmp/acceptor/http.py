@@ -226,9 +226,8 @@ async def h_mpub(server, req: Request):
         for line in bodies:
             if len(line) > opts.max_msg_size:
                 raise HttpError(413, "MSG_TOO_BIG")
-    if not bodies:
-        raise HttpError(400, "MSG_EMPTY")
-    _publish(server, topic, bodies)
+    if bodies:  # an empty text body publishes nothing and is OK, as in nsqd
+        _publish(server, topic, bodies)
     return 200, b"OK", _TEXT
 
 
@@ -273,7 +272,7 @@ def render_text(stats: dict) -> str:
 
 
 ROUTES = {
-    "/ping": (("GET", "HEAD"), h_ping),
+    "/ping": (("GET",), h_ping),
     "/info": (("GET",), h_info),
     "/pub": (("POST",), h_pub),  # nsqd registers POST only: PUT is 405
     "/mpub": (("POST",), h_mpub),

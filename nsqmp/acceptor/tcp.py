@@ -29,7 +29,7 @@ from nsqmp.protocol.names import is_valid_name
 log = logging.getLogger("nsqmp.acceptor")
 
 STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
-_MAX_LINE = 4096 + 128
+_MAX_LINE = 16384  # nsqd's bufio reader size
 _U32 = struct.Struct(">i")
 
 
@@ -252,9 +252,9 @@ class V2Connection(asyncio.Protocol):
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"DPUB topic name {_q(topic)} is not valid")
         raw = params[2]
-        if not raw.isdigit():
+        if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
             raise FatalClientError(E.E_INVALID, f"DPUB could not parse timeout {raw.decode(errors='replace')}")
-        defer_ms = int(raw)
+        defer_ms = int(raw or b"0")
         max_ms = int(self.opts.max_req_timeout * 1000)
         if defer_ms > max_ms:
             raise FatalClientError(E.E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
@@ -354,10 +354,10 @@ class V2Connection(asyncio.Protocol):
     def cmd_req(self, params, buf, start) -> int:
         msg_id = self._message_command(params, "REQ", 3)
         raw = params[2]
-        if not raw.isdigit():
+        if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
             raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {raw.decode(errors='replace')}")
         # nsqd clamps rather than refuses
-        delay = min(int(raw), int(self.opts.max_req_timeout * 1000))
+        delay = min(int(raw or b"0"), int(self.opts.max_req_timeout * 1000))
         self.server.endpoint.send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
         return start
 

@@ -13,17 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.harness import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 TOPIC = "locust_t"
 BATCH = 10
-
-pytest.importorskip("locust", reason="locust is in the test extra: pip install -e '.[test]'")
-
 
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:

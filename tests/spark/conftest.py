@@ -1,0 +1,71 @@
+"""Spark fixtures: ONE local[2] SparkSession for every Spark test, on loopback.
+
+Its scratch folder (TMPDIR, SPARK_LOCAL_DIRS, java.io.tmpdir) is a pytest tmp dir, its
+Python workers run this interpreter, and format("nsq") is registered. The environment the
+session needs is set for the whole session and restored afterwards.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def _have_spark() -> str | None:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return f"the spark extra is not installed: {exc}"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "no Java runtime for Spark"
+    return None
+
+
+SKIP_REASON = _have_spark()
+
+
+@pytest.fixture(scope="session")
+def spark_scratch(tmp_path_factory):
+    return tmp_path_factory.mktemp("spark-scratch")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_scratch):
+    if SKIP_REASON:
+        pytest.skip(SKIP_REASON)
+    from nsqmp.spark.local import local_session
+
+    saved = {k: os.environ.get(k) for k in
+             ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "TMPDIR", "SPARK_LOCAL_DIRS")}
+    session = local_session("nsqmp-tests", scratch=spark_scratch)
+    yield session
+    session.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    """Start brokers with extra flags; each is stopped after the test (SIGTERM, must exit 0)."""
+    from tests.harness import Broker
+
+    started: list = []
+
+    def start(*args: str, data: str | None = None) -> Broker:
+        b = Broker(tmp_path / (data or f"data{len(started)}"), *args).start()
+        started.append(b)
+        return b
+
+    yield start
+    failures = []
+    for b in started:
+        if b.proc is not None and b.proc.poll() is None:
+            code = b.stop()
+            if code != 0:
+                failures.append(f"broker {b.proc.pid} exited {code}:\n{b.log_text()[-4000:]}")
+    assert not failures, "\n".join(failures)

@@ -10,6 +10,10 @@ NATIVE  = $(wildcard native/*.c native/*.h)
 .PHONY: run test test-fast bench example-config clean
 
 $(STAMP): pyproject.toml setup.py $(NATIVE)
+	@# the deploy tests verify the systemd unit with systemd-analyze (Debian package systemd)
+	command -v systemd-analyze >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null; } || \
+	    echo "warning: systemd-analyze missing (apt-get install systemd); the unit test will fail"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'

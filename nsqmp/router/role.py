@@ -4,6 +4,7 @@ client socket.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import struct
 import time
@@ -18,6 +19,7 @@ from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
 
 _TS = struct.Struct(">q")
+_GC_INTERVAL = 30.0
 
 
 class Router(Role):
@@ -54,6 +56,14 @@ class Router(Role):
     def setup(self) -> None:
         from nsqmp.router.recovery import recover_owned
 
+        # A full collection walks every queued message: over a second with millions queued,
+        # long enough for in-flight messages to time out while FINs wait in the ring. The
+        # router's structures form no cyclic garbage (consumer, channel and topic cycles are
+        # broken when they are removed), so only young generations are collected, now and
+        # then, off the hot path.
+        gc.disable()
+        self.loop.call_later(_GC_INTERVAL, self._collect_young)
+
         started = time.monotonic()
         summary = recover_owned(self)
         if summary.topics:
@@ -62,6 +72,11 @@ class Router(Role):
                           time.monotonic() - started)
         if self.opts.sync_timeout > 0:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
+
+    def _collect_young(self) -> None:
+        gc.collect(1)
+        if not self._stopping:
+            self.loop.call_later(_GC_INTERVAL, self._collect_young)
 
     def _periodic_sync(self) -> None:
         for topic in self.topics.values():

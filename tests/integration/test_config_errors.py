@@ -180,3 +180,19 @@ def test_example_config_passes_check_config():
     assert proc.returncode == 0, proc.stderr
     resolved = tomllib.loads(proc.stdout)
     assert resolved["tcp_address"] == "127.0.0.1:4150"
+
+
+def test_a_dev_shm_too_small_for_the_rings_stops_start_up(tmp_path):
+    """Docker's default 64 MiB /dev/shm is smaller than the default rings: say so at start
+    instead of dying of SIGBUS at the first traffic. Runs the broker in its own mount
+    namespace with a 32 MiB /dev/shm."""
+    import shutil
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.fail("needs root and unshare (util-linux) to give the broker its own /dev/shm")
+    script = (f"mount -t tmpfs -o size=32m tmpfs /dev/shm && exec {sys.executable} -m nsqmp serve "
+              f"--tcp-address 127.0.0.1:0 --http-address 127.0.0.1:0 --data-path {tmp_path / 'data'}")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln]
+    assert len(lines) == 1 and "/dev/shm has" in lines[0] and "--shm-size" in lines[0], proc.stderr

@@ -105,11 +105,12 @@ class PyDeadlineHeap:
     when stale tuples outnumber live ones, so memory stays proportional to the entries.
     """
 
-    __slots__ = ("_heap", "_live")
+    __slots__ = ("_heap", "_live", "_peak")
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, int]] = []
         self._live: dict[tuple[int, int], int] = {}
+        self._peak = 0  # most entries since the dict was last rebuilt
 
     def __len__(self) -> int:
         return len(self._live)
@@ -118,8 +119,18 @@ class PyDeadlineHeap:
         return f"<PyDeadlineHeap entries={len(self._live)}>"
 
     # -- internal -------------------------------------------------------------------
-    def _compact(self) -> None:
-        if len(self._heap) > 2 * len(self._live) + 1024:
+    def _compact(self, stale: bool = False) -> None:
+        """Drop stale tuples once they outnumber the live ones (or now, if stale) and
+        give memory back once three quarters of the entries are gone."""
+        live = len(self._live)
+        if live > self._peak:
+            self._peak = live
+        elif live * 4 < self._peak and self._peak > 1024:
+            # a dict never shrinks on deletion: copy it, and rebuild the heap with it
+            self._live = dict(self._live)
+            self._peak = live
+            stale = True
+        if stale or len(self._heap) > 2 * live + 1024:
             self._rebuild()
 
     def _rebuild(self) -> None:
@@ -137,6 +148,7 @@ class PyDeadlineHeap:
         self._live[key] = deadline
         heapq.heappush(self._heap, (deadline, owner, token))
         if old is None:
+            self._peak = max(self._peak, len(self._live))
             return True
         self._compact()
         return False
@@ -227,6 +239,8 @@ class PyDeadlineHeap:
             if _SWAP:  # pragma: no cover - big-endian hosts
                 packed.byteswap()
             out.append((owner, packed.tobytes()))
+        if popped:
+            self._compact()
         return out
 
     def forget_owner(self, owner: int, /) -> int:
@@ -236,7 +250,7 @@ class PyDeadlineHeap:
         for key in gone:
             del live[key]
         if gone:
-            self._rebuild()
+            self._compact(stale=True)
         return len(gone)
 
 

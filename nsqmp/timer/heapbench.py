@@ -224,7 +224,7 @@ def precision(
         if len(late) >= count:
             loop.stop()
 
-    timer.endpoint = _Endpoint(on_fire)
+    timer.endpoint = _Endpoint(on_fire)  # type: ignore[assignment]
     span = int(span_s * SEC)
     feed_ticks = 100
     per_tick = -(-count // feed_ticks)

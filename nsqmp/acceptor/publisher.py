@@ -91,6 +91,13 @@ class Publisher:
             offset += len(piece)
             start = end
 
+    def forget(self, topic: bytes) -> None:
+        """The topic was deleted: close its writer (a later publish starts a new directory)."""
+        writer = self.writers.pop(topic, None)
+        if writer is not None:
+            writer.close()
+        self.full_topics.discard(topic)
+
     def sync(self) -> None:
         for writer in self.writers.values():
             writer.sync()

@@ -37,7 +37,7 @@ class Acceptor(Role):
         self.tcp_port = tcp_sock.getsockname()[1]
         self.http_port = http_sock.getsockname()[1] if http_sock is not None else -1
         self._conn_numbers = itertools.count(1)
-        self._requests: dict[int, tuple[asyncio.Future, list]] = {}
+        self._requests: dict[int, tuple[asyncio.Future, list, int]] = {}
         self._request_ids = itertools.count(1)
         self._paused: set[V2Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
@@ -116,18 +116,26 @@ class Acceptor(Role):
         topics.sort(key=lambda t: t["topic_name"])
         return topics
 
-    async def ask_routers(self, request: dict) -> list[dict]:
+    async def ask_routers(self, request: dict, slots: list[int] | None = None) -> list[dict]:
+        """Send a control request to routers (all, or `slots`) and gather their replies."""
+        if slots is None:
+            slots = [self.plan.router_slot(j) for j in range(self.plan.routers)]
         req_id = next(self._request_ids)
         fut: asyncio.Future = self.loop.create_future()
-        self._requests[req_id] = (fut, [])
+        self._requests[req_id] = (fut, [], len(slots))
         body = records.REQ_ID.pack(records.CONTROL, req_id) + orjson.dumps(request)
-        for j in range(self.plan.routers):
-            self.endpoint.send(self.plan.router_slot(j), body)
+        for slot in slots:
+            self.endpoint.send(slot, body)
         try:
             await asyncio.wait_for(fut, _STATS_TIMEOUT)
         except asyncio.TimeoutError:
             self.log.warning("a router did not answer %s within %.0fs", request["op"], _STATS_TIMEOUT)
         return self._requests.pop(req_id)[1]
+
+    async def ask_owner(self, request: dict) -> dict:
+        """A control request for the router that owns request["topic"]."""
+        replies = await self.ask_routers(request, [self.router_slot(request["topic"].encode())])
+        return replies[0] if replies else {"error": "INTERNAL_ERROR"}
 
     # -- records from routers ----------------------------------------------------------
     def on_record(self, src: int, rec: bytes) -> None:
@@ -148,10 +156,17 @@ class Acceptor(Role):
             _, req_id = records.REQ_ID.unpack_from(rec)
             entry = self._requests.get(req_id)
             if entry is not None:
-                fut, replies = entry
+                fut, replies, expected = entry
                 replies.append(orjson.loads(rec[records.REQ_ID.size:]))
-                if len(replies) == self.plan.routers and not fut.done():
+                if len(replies) == expected and not fut.done():
                     fut.set_result(None)
+        elif kind == records.CLOSE_CONN:
+            _, conn = records.CONN.unpack_from(rec)
+            c = self.connections.get(conn)
+            if c is not None:
+                c.close()
+        elif kind == records.TOPIC_GONE:
+            self.publisher.forget(rec[1:])
         elif kind == records.TOPIC_FULL:
             topic = rec[2:]
             if rec[1]:

@@ -6,6 +6,8 @@
 
 `counts` are the /stats counters (message_count, requeue_count, ...) as of the last
 write: a graceful stop writes them last, so a restart shows the same numbers.
+`backlog_start` (same form as `start`): /topic/empty dropped the topic's own backlog
+up to there; a first channel created later does not adopt those records.
 `deferred` (written by a graceful stop, cleared by the next start) lists the channel's
 messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, attempts].
 
@@ -40,6 +42,7 @@ class TopicMeta:
     next_channel_id: int = 1
     channels: list[ChannelMeta] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    backlog_start: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return json.dumps({
@@ -47,6 +50,7 @@ class TopicMeta:
             "paused": self.paused,
             "next_channel_id": self.next_channel_id,
             "counts": self.counts,
+            "backlog_start": {str(a): list(p) for a, p in self.backlog_start.items()},
             "channels": [
                 {"name": c.name, "id": c.id, "paused": c.paused, "counts": c.counts,
                  "deferred": [list(d) for d in c.deferred],
@@ -64,6 +68,7 @@ class TopicMeta:
             paused=bool(raw.get("paused", False)),
             next_channel_id=int(raw.get("next_channel_id", 1)),
             counts={k: int(v) for k, v in raw.get("counts", {}).items()},
+            backlog_start={int(a): (int(p[0]), int(p[1])) for a, p in raw.get("backlog_start", {}).items()},
             channels=[
                 ChannelMeta(c["name"], int(c["id"]), bool(c.get("paused", False)),
                             None if c.get("start") is None

@@ -121,16 +121,18 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
             summary.messages += 1
             if due:
                 summary.deferred += 1
+            emptied = topic.meta.backlog_start.get(acceptor)
             if not channels:
-                topic.backlog.append((m, due))
-                seg.refs += 1
+                if emptied is None or (seq, offset) > tuple(emptied):
+                    topic.backlog.append((m, due))
+                    seg.refs += 1
                 continue
             pos = (acceptor, seq, offset)
             for ch in channels:
-                if ch.start is not None:
-                    began = ch.start.get(acceptor)
-                    if began is not None and (seq, offset) <= tuple(began):
-                        continue
+                # a first channel (start None) took the backlog, less what /topic/empty dropped
+                began = emptied if ch.start is None else ch.start.get(acceptor)
+                if began is not None and (seq, offset) <= tuple(began):
+                    continue
                 if pos in finished.get(ch.id, ()):
                     continue
                 kept = saved.get(ch.id, {}).get(pos)

@@ -326,7 +326,8 @@ class Router(Role):
 
     def _delete_channel(self, ch: Channel) -> None:
         topic = ch.topic
-        topic.channels.pop(ch.name, None)
+        if topic.channels.pop(ch.name, None) is None:
+            return
         for m, _ in ch.ready:
             if m.segment is not None:
                 topic.release(m.segment)
@@ -506,15 +507,18 @@ class Router(Role):
     def on_control(self, src: int, rec: bytes) -> None:
         _, req_id = records.REQ_ID.unpack_from(rec)
         request = orjson.loads(rec[records.REQ_ID.size:])
-        reply: dict = {}
-        if request.get("op") == "stats":
+        op = request.get("op")
+        if op == "stats":
             want = request.get("topic")
-            reply["topics"] = [
+            reply: dict = {"topics": [
                 t.stats(request.get("channel"), request.get("include_clients", True))
                 for name, t in self.topics.items() if want is None or name.decode() == want
-            ]
+            ]}
         else:
-            reply["error"] = "unknown op"
+            from nsqmp.router import admin
+
+            handler = admin.OPS.get(op)
+            reply = handler(self, request) if handler is not None else {"error": "INVALID_REQUEST"}
         self.endpoint.send(src, records.REQ_ID.pack(records.REPLY, req_id) + orjson.dumps(reply))
 
     async def stop(self) -> None:

@@ -1,0 +1,163 @@
+"""The administrative operations of nsqd's HTTP API, on the router that owns the topic.
+
+Each takes the request ({"op", "topic", "channel"}) and returns {} or {"error": CODE}
+(the acceptor maps codes to nsqd's statuses). What they change is persisted in the
+topic's meta.json, so a restart shows the same topics, channels and pauses.
+"""
+from __future__ import annotations
+
+import shutil
+
+from nsqmp.ipc import records
+
+
+def _topic(router, request, create: bool = False):
+    name = request["topic"].encode()
+    topic = router.topics.get(name)
+    if topic is None and create:
+        topic = router._topic(name)
+        topic.save_meta()
+    return topic
+
+
+def topic_create(router, request) -> dict:
+    _topic(router, request, create=True)
+    return {}
+
+
+def topic_delete(router, request) -> dict:
+    topic = _topic(router, request)
+    if topic is None:
+        return {"error": "TOPIC_NOT_FOUND"}
+    for ch in list(topic.channels.values()):
+        _close_channel(router, ch)
+    del router.topics[topic.name]
+    topic.close()
+    shutil.rmtree(topic.dir, ignore_errors=True)
+    gone = bytes((records.TOPIC_GONE,)) + topic.name
+    for i in range(router.plan.acceptors):
+        router.endpoint.send(router.plan.acceptor_slot(i), gone)
+    router.log.info("deleted topic %s", topic.name.decode())
+    return {}
+
+
+def topic_empty(router, request) -> dict:
+    topic = _topic(router, request)
+    if topic is None:
+        return {"error": "TOPIC_NOT_FOUND"}
+    for m, _ in topic.backlog:
+        if m.segment is not None:
+            topic.release(m.segment)
+    topic.backlog.clear()
+    topic.meta.backlog_start = dict(topic.hwm)
+    topic.save_meta()
+    return {}
+
+
+def topic_pause(router, request, paused: bool = True) -> dict:
+    topic = _topic(router, request)
+    if topic is None:
+        return {"error": "TOPIC_NOT_FOUND"}
+    topic.paused = topic.meta.paused = paused
+    topic.save_meta()
+    for ch in topic.channels.values():
+        router._mark(ch)
+    return {}
+
+
+def _channel(router, request):
+    topic = _topic(router, request)
+    if topic is None:
+        return None, {"error": "TOPIC_NOT_FOUND"}
+    ch = topic.channels.get(request["channel"].encode())
+    if ch is None:
+        return None, {"error": "CHANNEL_NOT_FOUND"}
+    return ch, None
+
+
+def channel_create(router, request) -> dict:
+    topic = _topic(router, request)
+    if topic is None:
+        return {"error": "TOPIC_NOT_FOUND"}
+    ch, adopted = topic.get_channel(request["channel"].encode())
+    if adopted:
+        for m, _ in adopted:
+            if m.segment is not None:
+                m.segment.refs -= 1
+        router._enqueue(ch, adopted)
+    return {}
+
+
+def channel_delete(router, request) -> dict:
+    ch, err = _channel(router, request)
+    if err:
+        return err
+    _close_channel(router, ch)
+    topic = ch.topic
+    topic.meta.channels = [cm for cm in topic.meta.channels if cm.id != ch.id or not ch.id]
+    router._delete_channel(ch)
+    topic.save_meta()
+    return {}
+
+
+def channel_empty(router, request) -> dict:
+    """Drop everything the channel holds (queued, deferred, in flight); it starts afresh."""
+    ch, err = _channel(router, request)
+    if err:
+        return err
+    topic = ch.topic
+    for m, _ in ch.ready:
+        if m.segment is not None:
+            topic.release(m.segment)
+    for entry in list(ch.deferred.values()) + list(ch.in_flight.values()):
+        router.tokens.pop(entry.token, None)
+        router._disarms.append(entry.token)
+        if entry.message.segment is not None:
+            topic.release(entry.message.segment)
+    ch.ready.clear()
+    ch.deferred.clear()
+    ch.in_flight.clear()
+    for c in ch.consumers.values():
+        c.in_flight = 0
+    if ch.id:
+        ch.start = dict(topic.hwm)  # a restart must not bring the emptied messages back
+        for cm in topic.meta.channels:
+            if cm.id == ch.id:
+                cm.start = ch.start
+        topic.save_meta()
+    router._flush_timer_soon()
+    return {}
+
+
+def channel_pause(router, request, paused: bool = True) -> dict:
+    ch, err = _channel(router, request)
+    if err:
+        return err
+    ch.paused = paused
+    for cm in ch.topic.meta.channels:
+        if cm.id == ch.id and ch.id:
+            cm.paused = paused
+    ch.topic.save_meta()
+    router._mark(ch)
+    return {}
+
+
+def _close_channel(router, ch) -> None:
+    """Close the connections subscribed to a channel being deleted (nsqd does the same)."""
+    for c in list(ch.consumers.values()):
+        router.endpoint.send(records.conn_acceptor(c.conn), records.CONN.pack(records.CLOSE_CONN, c.conn))
+        router._drop_consumer(c)
+
+
+OPS = {
+    "topic_create": topic_create,
+    "topic_delete": topic_delete,
+    "topic_empty": topic_empty,
+    "topic_pause": topic_pause,
+    "topic_unpause": lambda r, q: topic_pause(r, q, False),
+    "channel_create": channel_create,
+    "channel_delete": channel_delete,
+    "channel_empty": channel_empty,
+    "channel_pause": channel_pause,
+    "channel_unpause": lambda r, q: channel_pause(r, q, False),
+}

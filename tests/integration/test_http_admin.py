@@ -1,0 +1,135 @@
+"""nsqd's administrative HTTP API: topics and channels created, paused, emptied, deleted."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nsqmp.client import Connection
+from tests.harness import Broker, wait_for
+
+
+def post(b, path):
+    status, body, _ = b.http("POST", path)
+    return status, body
+
+
+def names(b) -> dict:
+    return {t["topic_name"]: sorted(c["channel_name"] for c in t["channels"]) for t in b.stats()["topics"]}
+
+
+def test_create_and_delete_topics_and_channels(broker):
+    assert post(broker, "/topic/create?topic=adm") == (200, b"")
+    assert post(broker, "/channel/create?topic=adm&channel=c1") == (200, b"")
+    assert post(broker, "/channel/create?topic=adm&channel=c2") == (200, b"")
+    assert names(broker)["adm"] == ["c1", "c2"]
+    assert post(broker, "/channel/delete?topic=adm&channel=c2") == (200, b"")
+    assert names(broker)["adm"] == ["c1"]
+    assert post(broker, "/topic/delete?topic=adm") == (200, b"")
+    assert "adm" not in names(broker)
+    assert not (broker.data_path / "topics" / "adm").exists()
+
+
+@pytest.mark.parametrize("path,status,message", [
+    ("/topic/create", 400, "MISSING_ARG_TOPIC"),
+    ("/topic/create?topic=a!b", 400, "INVALID_TOPIC"),
+    ("/topic/delete?topic=nope", 404, "TOPIC_NOT_FOUND"),
+    ("/topic/pause?topic=nope", 404, "TOPIC_NOT_FOUND"),
+    ("/topic/empty?topic=nope", 404, "TOPIC_NOT_FOUND"),
+    ("/channel/create?topic=nope&channel=c", 404, "TOPIC_NOT_FOUND"),
+    ("/channel/create?channel=c", 400, "MISSING_ARG_TOPIC"),
+    ("/channel/create?topic=t", 400, "MISSING_ARG_CHANNEL"),
+    ("/channel/create?topic=t&channel=a!b", 400, "INVALID_ARG_CHANNEL"),
+    ("/channel/create?topic=a!b&channel=c", 400, "INVALID_ARG_TOPIC"),
+    ("/channel/delete?topic=exists&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+    ("/channel/empty?topic=exists&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+    ("/channel/pause?topic=exists&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+])
+def test_errors(broker, path, status, message):
+    post(broker, "/topic/create?topic=exists")
+    got_status, body = post(broker, path)
+    assert (got_status, body) == (status, b'{"message":"%s"}' % message.encode())
+    assert broker.http("GET", path)[0] == 405
+
+
+def test_pause_channel_stops_delivery_and_survives_a_restart(tmp_path):
+    b = Broker(tmp_path / "data").start()
+    try:
+        post(b, "/topic/create?topic=p")
+        post(b, "/channel/create?topic=p&channel=c")
+        assert post(b, "/channel/pause?topic=p&channel=c") == (200, b"")
+        with Connection.connect(b.tcp_address) as p:
+            p.mpub("p", [b"1", b"2", b"3"])
+        with Connection.connect(b.tcp_address) as c:
+            c.identify()
+            c.sub("p", "c", rdy=10)
+            c.sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                c.read_message()
+        assert b.stop() == 0
+        b = Broker(b.data_path).start()
+        ch = b.stats(topic="p")["topics"][0]["channels"][0]
+        assert ch["paused"] is True and ch["depth"] == 3
+        assert post(b, "/channel/unpause?topic=p&channel=c") == (200, b"")
+        with Connection.connect(b.tcp_address) as c:
+            c.identify()
+            c.sub("p", "c", rdy=10)
+            assert sorted(c.read_message().body for _ in range(3)) == [b"1", b"2", b"3"]
+    finally:
+        if b.proc.poll() is None:
+            assert b.stop() == 0
+
+
+def test_pause_topic_stops_its_channels(broker):
+    post(broker, "/topic/create?topic=pt")
+    post(broker, "/channel/create?topic=pt&channel=c")
+    assert post(broker, "/topic/pause?topic=pt") == (200, b"")
+    assert broker.stats(topic="pt")["topics"][0]["paused"] is True
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("pt", b"held")
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        c.sub("pt", "c", rdy=10)
+        c.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            c.read_message()
+        assert post(broker, "/topic/unpause?topic=pt") == (200, b"")
+        c.sock.settimeout(5)
+        assert c.read_message().body == b"held"
+
+
+def test_empty_channel_drops_everything_and_stays_empty_after_restart(tmp_path):
+    b = Broker(tmp_path / "data").start()
+    try:
+        post(b, "/topic/create?topic=e")
+        post(b, "/channel/create?topic=e&channel=c")
+        with Connection.connect(b.tcp_address) as p:
+            p.mpub("e", [b"%d" % i for i in range(50)])
+        wait_for(lambda: b.stats(topic="e")["topics"][0]["channels"][0]["depth"] == 50, what="queued")
+        assert post(b, "/channel/empty?topic=e&channel=c") == (200, b"")
+        assert b.stats(topic="e")["topics"][0]["channels"][0]["depth"] == 0
+        with Connection.connect(b.tcp_address) as p:
+            p.pub("e", b"after")
+        b.kill()
+        b = Broker(b.data_path).start()
+        with Connection.connect(b.tcp_address) as c:
+            c.identify()
+            c.sub("e", "c", rdy=100)
+            assert c.read_message().body == b"after"
+            c.sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                c.read_message()
+    finally:
+        if b.proc.poll() is None:
+            assert b.stop() == 0
+
+
+def test_deleting_a_channel_closes_its_consumers(broker):
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        c.sub("dc", "gone", rdy=1)
+        time.sleep(0.2)
+        assert post(broker, "/channel/delete?topic=dc&channel=gone") == (200, b"")
+        c.sock.settimeout(5)
+        with pytest.raises((EOFError, ConnectionResetError)):
+            c.read_frame()

@@ -11,7 +11,7 @@ Streaming and batch reads and writes; semantics and options in docs/spark.md.
 """
 from __future__ import annotations
 
-__all__ = ["register", "NSQDataSource", "SCHEMA"]
+__all__ = ["SCHEMA", "NSQDataSource", "register"]
 
 
 def _require_extra() -> None:

@@ -42,7 +42,7 @@ class ConsumerError(RuntimeError):
 class Chunk:
     """Messages that arrived together on one connection (one generation of it)."""
 
-    conn: "_Conn"
+    conn: _Conn
     gen: int
     msgs: list
     t: float = field(default_factory=time.monotonic)  # arrival, or last TOUCH
@@ -101,7 +101,7 @@ class Consumer:
         os.set_blocking(self._wake_w, False)
 
     # -- life ---------------------------------------------------------------------------
-    def start(self) -> "Consumer":
+    def start(self) -> Consumer:
         """Connect every connection (raises ConsumerError naming the address) and start reading."""
         try:
             for conn in self.conns:
@@ -199,8 +199,11 @@ class Consumer:
             pass
         if not self._stop.is_set():
             self.stats["disconnects"] += 1
-            log.warning("nsq: connection %d to %s dropped (%s); its unacknowledged messages go back "
-                        "to the broker and will be delivered again", conn.index, conn.address, why)
+            peers = [c for c in self.conns if c.address == conn.address]
+            if sum(1 for c in peers if c.sock is None) == 1:   # the first of this address to go
+                log.warning("nsq: lost a connection to nsqd %s (%s); reconnecting. Its unacknowledged "
+                            "messages go back to the broker and will be delivered again",
+                            conn.address, why)
             conn.retry_at = time.monotonic() + conn.backoff
             conn.backoff = min(conn.backoff * 2, 5.0)
         with self.cond:
@@ -237,7 +240,8 @@ class Consumer:
                             try:
                                 self._connect(conn)
                                 self.stats["reconnects"] += 1
-                                log.warning("nsq: reconnected to %s (connection %d)", conn.address, conn.index)
+                                if all(c.sock is not None for c in self.conns if c.address == conn.address):
+                                    log.warning("nsq: connected to nsqd %s again", conn.address)
                             except ConsumerError as exc:
                                 self.last_error = str(exc)
                                 conn.retry_at = time.monotonic() + conn.backoff

@@ -113,19 +113,9 @@ def _check_schema(schema: StructType) -> None:
             f"nsq: the source's schema is fixed ({SCHEMA.simpleString()}); got {schema.simpleString()}")
 
 
-import os
-_TRACE = os.environ.get("NSQMP_SPARK_TRACE")
-
-
-def _trace(what: str, t0: float) -> None:
-    if _TRACE:
-        with open(_TRACE, "a") as f:
-            f.write(f"{time.time():.3f} {os.getpid()} {what} {time.perf_counter() - t0:.3f}\n")
-
-
 # -- streaming read ------------------------------------------------------------------------------
 class _Batch:
-    __slots__ = ("chunks", "rows", "parts")
+    __slots__ = ("chunks", "parts", "rows")
 
     def __init__(self, chunks: list, rows: int) -> None:
         self.chunks = chunks
@@ -170,13 +160,6 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.cutoff_ns = time.time_ns()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        t0 = time.perf_counter()
-        try:
-            return self._latest(start, limit)
-        finally:
-            _trace("latestOffset", t0)
-
-    def _latest(self, start: dict, limit: ReadLimit) -> dict:
         consumer = self._consumer()
         self._ack_through(start)
         if isinstance(limit, ReadMaxRows):
@@ -207,13 +190,6 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"session": self.session, "n": self.n}
 
     def partitions(self, start: dict, end: dict):
-        t0 = time.perf_counter()
-        try:
-            return self._partitions(start, end)
-        finally:
-            _trace("partitions", t0)
-
-    def _partitions(self, start: dict, end: dict):
         if not self._mine(end):
             # a batch planned by an earlier run of the query (driver restart): its messages
             # were never FIN'd, the broker delivers them again into later batches
@@ -235,8 +211,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition):
         with pa.ipc.open_stream(partition.value) as reader:
-            for rb in reader:
-                yield rb
+            yield from reader
 
     def commit(self, end: dict) -> None:
         self._ack_through(end)

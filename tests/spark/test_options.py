@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from nsqmp.spark.options import NSQOptionError, parse_addresses, read_options, write_options
+from nsqmp.spark.options import (
+    NSQOptionError,
+    parse_addresses,
+    read_options,
+    write_options,
+)
 
 BASE = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
 

@@ -67,13 +67,25 @@ def cmd_check_config(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("writer", "reader", "ring"):
-        print("usage: nsqmp bench {writer,reader,ring} [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("writer", "reader", "ring", "heap", "timer", "suite"):
+        print("usage: nsqmp bench {writer,reader,timer,suite,ring,heap} [options]", file=sys.stderr)
         return 2
     if argv[0] == "ring":
         from nsqmp.ipc import ringbench
 
         return ringbench.main(argv[1:]) or 0
+    if argv[0] == "heap":
+        from nsqmp.timer import heapbench
+
+        return heapbench.main(argv[1:]) or 0
+    if argv[0] == "timer":
+        from nsqmp.bench import timer
+
+        return timer.main(argv[1:]) or 0
+    if argv[0] == "suite":
+        from nsqmp.bench import suite
+
+        return suite.main(argv[1:]) or 0
     from nsqmp.bench import tool
 
     return tool.main(argv)

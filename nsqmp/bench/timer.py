@@ -1,0 +1,235 @@
+"""`nsqmp bench timer`: how late timeouts and deferred deliveries fire, end to end.
+
+Starts its own broker (temporary data dir, port 0), then, at the same time:
+
+- deferred: --deferred DPUBs (pipelined, two publisher processes) due --defer-min to
+  --defer-min + --defer-spread seconds after publishing; consumers FIN each on arrival.
+  Lateness = arrival - (message timestamp + defer), both wall clock on this machine.
+- in flight: --inflight messages delivered to --inflight / 2500 connections with
+  msg_timeout --msg-timeout and never finished, so every one of them times out and is
+  redelivered, again and again, for --hold seconds. Lateness = time since the previous
+  delivery of the same message - msg_timeout (transit time cancels out).
+
+Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer process's CPU
+over the run (from /proc), and CPU per million timer operations. Prints a JSON line.
+A benchmark, never a test: numbers depend on the machine and its load.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import selectors
+import socket
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from nsqmp.client import wire
+from nsqmp.launcher import Broker
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_MAX_RDY = 2500
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _connect(addr: str, topic: str, channel: str, rdy: int, msg_timeout: int = 0) -> socket.socket:
+    host, _, port = addr.rpartition(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(wire.MAGIC)
+    ident = {"feature_negotiation": True, "heartbeat_interval": 60000}
+    if msg_timeout:
+        ident["msg_timeout"] = msg_timeout
+    s.sendall(wire.identify(ident) + wire.sub(topic, channel) + wire.rdy(rdy))
+    return s
+
+
+def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin: bool,
+             until: float, expect: int, out) -> None:
+    """One process, several connections; sends back lateness samples in ms."""
+    sel = selectors.DefaultSelector()
+    readers = {}
+    for _ in range(conns):
+        s = _connect(addr, topic, "c", rdy, msg_timeout)
+        s.setblocking(False)
+        readers[s] = wire.FrameReader()
+        sel.register(s, selectors.EVENT_READ)
+    late: list[float] = []
+    last_seen: dict[bytes, int] = {}
+    got = 0
+    timeout_ns = msg_timeout * 1_000_000
+    while time.time() < until and not (fin and expect and got >= expect):
+        for key, _ in sel.select(0.2):
+            s = key.fileobj
+            try:
+                data = s.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(s)
+                continue
+            now = time.time_ns()
+            replies = []
+            for ftype, payload in readers[s].feed(data):
+                if ftype == wire.FRAME_RESPONSE and payload == b"_heartbeat_":
+                    replies.append(wire.NOP)
+                if ftype != wire.FRAME_MESSAGE:
+                    continue
+                got += 1
+                ts, attempts, msg_id = struct.unpack_from(">qH16s", payload)
+                if fin:
+                    (defer_ms,) = struct.unpack_from(">q", payload, 26)
+                    late.append((now - ts - defer_ms * 1_000_000) / 1e6)
+                    replies.append(b"FIN " + msg_id + b"\n")
+                else:
+                    prev = last_seen.get(msg_id)
+                    if prev is not None:
+                        late.append((now - prev - timeout_ns) / 1e6)
+                    last_seen[msg_id] = now
+            if replies:
+                s.setblocking(True)
+                s.sendall(b"".join(replies))
+                s.setblocking(False)
+    out.send((late, got, len(last_seen)))
+    for s in readers:
+        s.close()
+
+
+def _dpub(addr: str, topic: str, count: int, defer_min: float, spread: float, seed: int, out) -> None:
+    import random
+
+    rng = random.Random(seed)
+    host, _, port = addr.rpartition(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(wire.MAGIC)
+    reader = wire.FrameReader()
+    sent = 0
+    while sent < count:
+        n = min(500, count - sent)
+        cmds = []
+        for _ in range(n):
+            defer = int((defer_min + rng.random() * spread) * 1000)
+            cmds.append(wire.dpub(topic, defer, struct.pack(">q", defer) + b"x" * 192))
+        s.sendall(b"".join(cmds))
+        oks = 0
+        while oks < n:
+            for ftype, payload in reader.feed(s.recv(1 << 16)):
+                if ftype == wire.FRAME_ERROR:
+                    raise SystemExit(f"DPUB failed: {payload!r}")
+                if payload == b"OK":
+                    oks += 1
+        sent += n
+    out.send(sent)
+    s.close()
+
+
+def _percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"count": 0}
+    v = sorted(values)
+
+    def q(p: float) -> float:
+        return round(v[min(len(v) - 1, int(p * len(v)))], 3)
+
+    return {"count": len(v), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p99.9": q(0.999),
+            "max": round(v[-1], 3), "min": round(v[0], 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nsqmp bench timer", description=__doc__.split("\n")[0])
+    p.add_argument("--deferred", type=int, default=1_000_000)
+    p.add_argument("--inflight", type=int, default=1_000_000)
+    p.add_argument("--defer-min", type=float, default=20.0, help="seconds")
+    p.add_argument("--defer-spread", type=float, default=20.0, help="seconds")
+    p.add_argument("--msg-timeout", type=int, default=10_000, help="ms, for the in-flight messages")
+    p.add_argument("--hold", type=float, default=45.0, help="seconds the in-flight load is held")
+    p.add_argument("--consumer-procs", type=int, default=2)
+    args = p.parse_args(argv)
+    ctx = mp.get_context("fork")
+    with tempfile.TemporaryDirectory(prefix="nsqmp-timerbench-") as tmp:
+        broker = Broker(Path(tmp) / "data", log_path=Path(tmp) / "broker.log").start()
+        try:
+            addr = broker.tcp_address
+            timer_pid = broker.children()["nsqmp timer"]
+            cpu0 = _cpu_seconds(timer_pid)
+            t0 = time.time()
+            until = t0 + max(args.hold, args.defer_min + args.defer_spread + 5)
+            procs, pipes = [], []
+
+            def spawn(target, *a) -> None:
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=target, args=(*a, send), daemon=True)
+                proc.start()
+                procs.append(proc)
+                pipes.append((target.__name__, recv))
+
+            # consumers first, so the channels exist before anything is published
+            inflight_conns = max(1, -(-args.inflight // _MAX_RDY)) if args.inflight else 0
+            per = -(-inflight_conns // args.consumer_procs) if inflight_conns else 0
+            for i in range(args.consumer_procs):
+                n = min(per, inflight_conns - i * per)
+                if n > 0:
+                    spawn(_consume, addr, "tinf", n, _MAX_RDY, args.msg_timeout, False, until, 0)
+            if args.deferred:
+                spawn(_consume, addr, "tdef", 4, _MAX_RDY, 0, True, until, args.deferred)
+            time.sleep(1.0)
+            if args.deferred:
+                half = args.deferred // 2
+                spawn(_dpub, addr, "tdef", half, args.defer_min, args.defer_spread, 1)
+                spawn(_dpub, addr, "tdef", args.deferred - half, args.defer_min, args.defer_spread, 2)
+            if args.inflight:
+                with socket.create_connection((addr.rpartition(":")[0], int(addr.rpartition(":")[2]))) as s:
+                    s.sendall(wire.MAGIC)
+                    reader = wire.FrameReader()
+                    body = b"y" * 200
+                    for start in range(0, args.inflight, 200):
+                        s.sendall(wire.mpub("tinf", [body] * min(200, args.inflight - start)))
+                        while not reader.feed(s.recv(64)):
+                            pass
+            results = {}
+            for name, recv in pipes:
+                if recv.poll(until - time.time() + 120):
+                    results.setdefault(name, []).append(recv.recv())
+            cpu = _cpu_seconds(timer_pid) - cpu0
+            elapsed = time.time() - t0
+            stats = broker.stats()
+        finally:
+            broker.stop()
+        for proc in procs:
+            proc.join(10)
+    inflight_late, deferred_late, fired, delivered_def = [], [], 0, 0
+    for late, got, held in results.get("_consume", []):
+        if held:  # in-flight consumers remember what they hold
+            inflight_late += late
+            fired += got - held
+        else:
+            deferred_late += late
+            delivered_def += got
+    timer_ops = 2 * delivered_def + args.deferred + 2 * fired + args.inflight
+    out = {
+        "deferred": args.deferred, "inflight": args.inflight, "msg_timeout_ms": args.msg_timeout,
+        "seconds": round(elapsed, 1),
+        "deferred_lateness_ms": _percentiles(deferred_late),
+        "timeout_lateness_ms": _percentiles(inflight_late),
+        "timeouts_fired": fired,
+        "timer_cpu_seconds": round(cpu, 2),
+        "timer_cpu_percent": round(100 * cpu / elapsed, 1),
+        "timer_ops": timer_ops,
+        "timer_cpu_seconds_per_million_ops": round(cpu / timer_ops * 1e6, 3) if timer_ops else None,
+        "channels": {t["topic_name"]: {c["channel_name"]: {k: c[k] for k in ("depth", "in_flight_count",
+                                                                              "deferred_count", "timeout_count")}
+                                       for c in t["channels"]} for t in stats["topics"]},
+    }
+    print(orjson.dumps(out).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

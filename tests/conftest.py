@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from tests.harness import Broker
@@ -13,3 +16,23 @@ def broker(tmp_path):
     if b.proc is not None and b.proc.poll() is None:
         code = b.stop()
         assert code == 0, b.log_text()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """mount(size) -> a tmpfs of that size the test mounts itself (the tests run as root),
+    unmounted afterwards: a real small filesystem for the full-disk tests."""
+    mounts = []
+
+    def mount(size: str):
+        mnt = tmp_path / f"small{len(mounts)}"
+        mnt.mkdir()
+        if os.geteuid() != 0:
+            pytest.fail("the full-disk tests mount a tmpfs and need root")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
+        mounts.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounts:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)

@@ -106,26 +106,13 @@ def channel_empty(router, request) -> dict:
     if err:
         return err
     topic = ch.topic
-    for m, _ in ch.ready:
-        if m.segment is not None:
-            topic.release(m.segment)
-    for entry in list(ch.deferred.values()) + list(ch.in_flight.values()):
-        router.tokens.pop(entry.token, None)
-        router._disarms.append(entry.token)
-        if entry.message.segment is not None:
-            topic.release(entry.message.segment)
-    ch.ready.clear()
-    ch.deferred.clear()
-    ch.in_flight.clear()
-    for c in ch.consumers.values():
-        c.in_flight = 0
+    router._clear_channel(ch)
     if ch.id:
         ch.start = dict(topic.hwm)  # a restart must not bring the emptied messages back
         for cm in topic.meta.channels:
             if cm.id == ch.id:
                 cm.start = ch.start
         topic.save_meta()
-    router._flush_timer_soon()
     return {}
 
 

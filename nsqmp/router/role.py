@@ -328,25 +328,29 @@ class Router(Role):
         topic = ch.topic
         if topic.channels.pop(ch.name, None) is None:
             return
-        for m, _ in ch.ready:
-            if m.segment is not None:
-                topic.release(m.segment)
-        for inf in ch.in_flight.values():
-            self.tokens.pop(inf.token, None)
-            self._disarms.append(inf.token)
-            if inf.message.segment is not None:
-                topic.release(inf.message.segment)
-        for d in ch.deferred.values():
-            self.tokens.pop(d.token, None)
-            self._disarms.append(d.token)
-            if d.message.segment is not None:
-                topic.release(d.message.segment)
-        ch.ready.clear()
-        ch.in_flight.clear()
-        ch.deferred.clear()
+        self._clear_channel(ch)
         self._dirty.discard(ch)
         if topic.ephemeral and not topic.channels:
             self.topics.pop(topic.name, None)
+
+    def _clear_channel(self, ch: Channel) -> None:
+        """Drop every message the channel holds (queued, in flight, deferred): their file
+        references go, and the timer forgets their deadlines."""
+        topic = ch.topic
+        for m, _ in ch.ready:
+            if m.segment is not None:
+                topic.release(m.segment)
+        for entry in list(ch.in_flight.values()) + list(ch.deferred.values()):
+            self.tokens.pop(entry.token, None)
+            self._disarms.append(entry.token)
+            if entry.message.segment is not None:
+                topic.release(entry.message.segment)
+        ch.ready.clear()
+        ch.in_flight.clear()
+        ch.deferred.clear()
+        for c in ch.consumers.values():
+            c.in_flight = 0
+        self._flush_timer_soon()
 
     def _error(self, conn: int, fatal: bool, text: str) -> None:
         self.endpoint.send(records.conn_acceptor(conn),

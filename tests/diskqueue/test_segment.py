@@ -4,7 +4,6 @@ from __future__ import annotations
 import errno
 import os
 import random
-import subprocess
 
 import pytest
 
@@ -115,21 +114,8 @@ def test_without_resync_reading_stops_at_the_first_bad_record(tmp_path):
     assert len(list(scan(path, resync=True))) == 99
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 1 MiB tmpfs the test mounts itself (the machine's tests run as root)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.fail("the full-disk tests mount a tmpfs and need root")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
-
-
 def test_full_disk_is_an_error_not_a_crash(small_fs):
+    small_fs = small_fs("1m")
     w = SegmentWriter(str(small_fs / "t"), 0, 1 << 24, 0)
     accepted = 0
     with pytest.raises(OSError) as info:

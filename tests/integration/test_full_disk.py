@@ -3,7 +3,6 @@ broker recovers by itself when space returns. On a small tmpfs the test mounts i
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
@@ -11,20 +10,8 @@ from nsqmp.client import Connection, NSQError
 from tests.harness import Broker, wait_for
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.fail("the full-disk test mounts a tmpfs and needs root")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
-
-
 def test_full_disk(small_fs, tmp_path):
+    small_fs = small_fs("16m")
     filler = small_fs / "filler"
     b = Broker(small_fs / "data", "--max-bytes-per-file", str(1 << 20), "--sync-every", "1",
                log_path=tmp_path / "broker.log").start()

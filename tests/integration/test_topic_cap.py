@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
 
 from nsqmp.client import Connection, NSQError
 from tests.harness import Broker, wait_for

@@ -27,6 +27,8 @@ import orjson
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
 
+_EXTRA: dict[str, str] = {}
+
 
 def _publish(address: str, topic: str, n: int, size: int, batch: int) -> float:
     with Connection.connect(address, timeout=60) as c:
@@ -48,7 +50,7 @@ def _publish(address: str, topic: str, n: int, size: int, batch: int) -> float:
 def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch: int) -> dict:
     df = (spark.readStream.format("nsq").option("nsqd", address).option("topic", topic)
           .option("channel", "spark").option("maxMessagesPerBatch", max_per_batch)
-          .option("idleTimeoutMs", 1000).load())
+          .option("idleTimeoutMs", 1000).options(**_EXTRA).load())
     writer = df.writeStream.format(sink).option("checkpointLocation", str(out / f"{topic}-ckpt"))
     if sink == "parquet":
         writer = writer.option("path", str(out / topic))
@@ -82,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-per-batch", type=int, default=100_000, help="maxMessagesPerBatch")
     p.add_argument("--warmup", type=int, default=20_000, help="messages of the warm-up query (0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON line per result too")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra option of the nsq source (repeatable)")
     args = p.parse_args(argv)
+    _EXTRA.update(kv.split("=", 1) for kv in args.option)
 
     from nsqmp.spark.local import local_session
 

@@ -67,6 +67,8 @@ from nsqmp.spark.publisher import publish_arrow
 
 log = logging.getLogger("nsqmp.spark")
 
+PARTITION_BYTES = 32 << 20
+
 SCHEMA = StructType([
     StructField("id", StringType()),
     StructField("body", BinaryType()),
@@ -200,12 +202,18 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return []
             raise RuntimeError(f"nsq: no batch for offsets {start} -> {end}: already acknowledged")
         if batch.parts is None:
-            msgs = [m for ch in batch.chunks for m in ch.msgs]
-            per = self.opts.rows_per_partition
-            parts = []
-            for i in range(0, len(msgs), per):
-                rb = to_record_batch(msgs[i:i + per], self.opts.topic)
-                parts.append(InputPartition(_ipc([rb])))
+            # the rows travel to the executors inside the partitions (so Spark warns about
+            # large tasks): at most rowsPerPartition rows and PARTITION_BYTES of bodies each
+            parts, current, size = [], [], 0
+            for ch in batch.chunks:
+                for m in ch.msgs:
+                    current.append(m)
+                    size += len(m.body)
+                    if len(current) >= self.opts.rows_per_partition or size >= PARTITION_BYTES:
+                        parts.append(InputPartition(_ipc([to_record_batch(current, self.opts.topic)])))
+                        current, size = [], 0
+            if current:
+                parts.append(InputPartition(_ipc([to_record_batch(current, self.opts.topic)])))
             batch.parts = parts
         return batch.parts
 

@@ -80,7 +80,7 @@ class _Conn:
 class Consumer:
     def __init__(self, addresses, topic: str, channel: str, *, connections_per_nsqd: int = 1,
                  rdy: int = 2500, msg_timeout_ms: int = 300_000, connect_timeout_ms: int = 5000,
-                 client_id: str = "nsqmp-spark") -> None:
+                 client_id: str = "nsqmp-spark", heartbeat_interval_ms: int | None = None) -> None:
         self.addresses = tuple(addresses)
         self.topic = topic
         self.channel = channel
@@ -88,6 +88,7 @@ class Consumer:
         self.msg_timeout_ms = msg_timeout_ms
         self.connect_timeout = connect_timeout_ms / 1000
         self.client_id = client_id
+        self.heartbeat_interval_ms = heartbeat_interval_ms
         self.conns = [_Conn(a, i) for a in self.addresses for i in range(connections_per_nsqd)]
         self.buffer: collections.deque[Chunk] = collections.deque()
         self.buffered = 0
@@ -160,8 +161,11 @@ class Consumer:
         except OSError as exc:
             raise ConsumerError(f"nsq: cannot connect to nsqd {address}: {exc.strerror or exc}") from None
         try:
-            info = c.identify(client_id=self.client_id, hostname=socket.gethostname(),
-                              user_agent=USER_AGENT, msg_timeout=self.msg_timeout_ms)
+            fields = {"client_id": self.client_id, "hostname": socket.gethostname(),
+                      "user_agent": USER_AGENT, "msg_timeout": self.msg_timeout_ms}
+            if self.heartbeat_interval_ms:
+                fields["heartbeat_interval"] = self.heartbeat_interval_ms
+            info = c.identify(**fields)
             rdy = self.rdy
             if isinstance(info, dict) and info.get("max_rdy_count"):
                 rdy = min(rdy, int(info["max_rdy_count"]))
@@ -262,7 +266,7 @@ class Consumer:
                         continue
                     self._read(conn, key.fileobj)
                 if now >= next_housekeeping:
-                    next_housekeeping = now + 1.0
+                    next_housekeeping = now + min(1.0, self.msg_timeout_ms / 4000)
                     self._touch_held()
         except Exception:  # pragma: no cover - a bug here must not hang the query silently
             log.exception("nsq: consumer thread failed")

@@ -141,3 +141,25 @@ def test_publisher_mpub_batches_and_counts(broker):
         c.fin(got)
     finally:
         c.close()
+
+
+def test_heartbeats_answered_and_held_messages_touched(broker):
+    """A batch held longer than the msg_timeout: the reading thread answers heartbeats and
+    TOUCHes the held messages, so the broker neither drops the connection nor redelivers."""
+    make_channel(broker.tcp_address, "slow", "c")
+    publish(broker.tcp_address, "slow", [b"s%d" % i for i in range(50)])
+    c = Consumer([broker.tcp_address], "slow", "c", msg_timeout_ms=1500, heartbeat_interval_ms=1000).start()
+    try:
+        held = _drain(c, 50)
+        import time
+
+        time.sleep(4.0)                      # > 2 heartbeat intervals, > 2 msg timeouts
+        assert c.live_connections == 1 and c.stats["disconnects"] == 0
+        assert c.stats["touched"] >= 50
+        assert c.fin(held) == 50
+        wait_for(lambda: channel_stats(broker, "slow", "c")["in_flight_count"] == 0, what="FINs processed")
+        ch = channel_stats(broker, "slow", "c")
+        assert (ch["timeout_count"], ch["requeue_count"], ch["depth"]) == (0, 0, 0)
+        assert c.stats["E_FIN_FAILED"] == 0
+    finally:
+        c.close()

@@ -22,11 +22,6 @@ from tests.spark.helpers import channel_stats, make_channel, publish
 
 pytestmark = [
     pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
-    # third-party noise in the test process only: py4j's sockets closed at JVM shutdown and
-    # pyspark's use of deprecated APIs; nothing of nsqmp is ignored
-    pytest.mark.filterwarnings("ignore::ResourceWarning:py4j.*"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:pyspark.*"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:py4j.*"),
 ]
 
 HERE = Path(__file__).parent

@@ -89,7 +89,9 @@ class Consumer:
         self.connect_timeout = connect_timeout_ms / 1000
         self.client_id = client_id
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.conns = [_Conn(a, i) for a in self.addresses for i in range(connections_per_nsqd)]
+        # index: unique over all addresses (keys the reading thread's registrations)
+        self.conns = [_Conn(a, i) for i, a in enumerate(a for a in self.addresses
+                                                         for _ in range(connections_per_nsqd))]
         self.buffer: collections.deque[Chunk] = collections.deque()
         self.buffered = 0
         self.held: dict[int, Chunk] = {}   # taken, not yet acknowledged: id(chunk) -> chunk

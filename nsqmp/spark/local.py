@@ -21,6 +21,12 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
 logger.hadoop.name = org.apache.hadoop
 logger.hadoop.level = error
+# the nsq source ships a micro-batch's rows inside its tasks (docs/spark.md): the
+# "task of very large size" / "large task binary" warnings are expected
+logger.tasksize.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksize.level = error
+logger.taskbinary.name = org.apache.spark.scheduler.DAGScheduler
+logger.taskbinary.level = error
 """
 
 
@@ -59,7 +65,6 @@ def local_session(app: str = "nsqmp", master: str = "local[2]", scratch: str | P
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.local.dir", str(scratch))
         .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.sql.shuffle.partitions", "2")

@@ -163,3 +163,22 @@ def test_heartbeats_answered_and_held_messages_touched(broker):
         assert c.stats["E_FIN_FAILED"] == 0
     finally:
         c.close()
+
+
+def test_two_addresses_each_with_several_connections(make_broker):
+    a, b = make_broker(), make_broker()
+    for broker, prefix in ((a, b"a"), (b, b"b")):
+        make_channel(broker.tcp_address, "two", "c")
+        publish(broker.tcp_address, "two", [prefix + b"%d" % i for i in range(600)])
+    c = Consumer([a.tcp_address, b.tcp_address], "two", "c", connections_per_nsqd=3, rdy=100).start()
+    try:
+        assert len({conn.index for conn in c.conns}) == 6
+        got = _drain(c, 600)                      # 2 x 3 connections x RDY 100
+        assert len(_bodies(got)) == 600
+        assert {m.body[:1] for ch in got for m in ch.msgs} == {b"a", b"b"}
+        c.fin(got)
+        rest = _drain(c, 600)
+        c.fin(rest)
+        assert sorted(_bodies(got + rest)) == sorted([b"a%d" % i for i in range(600)] + [b"b%d" % i for i in range(600)])
+    finally:
+        c.close()

@@ -123,6 +123,20 @@ def test_100k_messages_to_parquet_exactly_once_without_failures(spark, broker, t
     print(f"100k to Parquet: {took:.1f}s wall including query start, batches {per_batch}")
 
 
+def test_several_nsqd_addresses(spark, make_broker, tmp_path):
+    a, b = make_broker(), make_broker()
+    for broker, prefix in ((a, "a"), (b, "b")):
+        make_channel(broker.tcp_address, "multi", "spark")
+        publish(broker.tcp_address, "multi", _bodies(1500, prefix, 40))
+    both = f"{a.tcp_address}, {b.tcp_address}"
+    q, out = _run_available_now(_read_stream(spark, both, "multi", idleTimeoutMs=500, maxMessagesPerBatch=1000),
+                                tmp_path)
+    got = [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
+    want = _bodies(1500, "a", 40) + _bodies(1500, "b", 40)
+    assert sorted(got) == sorted(want)
+    assert max(p["numInputRows"] for p in q.recentProgress) <= 1000
+
+
 # -- batch read and write ------------------------------------------------------------------------
 def test_batch_read_drains_up_to_n_then_stops_when_idle(spark, broker):
     make_channel(broker.tcp_address, "batchr", "spark")

@@ -18,7 +18,7 @@ DEFAULT_MSG_TIMEOUT_MS = 300_000
 MAX_MSG_TIMEOUT_MS = 900_000    # nsqd's --max-msg-timeout default (15m)
 DEFAULT_MAX_MSG_SIZE = 1_048_576  # nsqd's --max-msg-size default
 DEFAULT_MAX_BODY_SIZE = 5_242_880  # nsqd's --max-body-size default
-DEFAULT_STREAM_IN_FLIGHT = 50_000
+DEFAULT_STREAM_IN_FLIGHT = 100_000
 DEFAULT_ROWS_PER_PARTITION = 50_000
 DEFAULT_BATCH_MAX_MESSAGES = 10_000
 MAX_CONNECTIONS_PER_NSQD = 100
@@ -131,7 +131,8 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     msg_timeout = _int(options, "msgTimeoutMs", DEFAULT_MSG_TIMEOUT_MS, 1000, MAX_MSG_TIMEOUT_MS)
     max_rdy = _int(options, "maxRdyPerConnection", DEFAULT_MAX_RDY, 1, 1_000_000)
     per_batch = _int(options, "maxMessagesPerBatch", None, 1)
-    default_in_flight = DEFAULT_STREAM_IN_FLIGHT
+    # the default window is for the whole query, spread over the addresses
+    default_in_flight = max(DEFAULT_MAX_RDY, math.ceil(DEFAULT_STREAM_IN_FLIGHT / len(addresses)))
     if per_batch is not None:
         # twice the batch, spread over the addresses: one batch held until Spark commits it,
         # the next one filling meanwhile

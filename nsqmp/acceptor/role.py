@@ -160,6 +160,11 @@ class Acceptor(Role):
                 replies.append(orjson.loads(rec[records.REQ_ID.size:]))
                 if len(replies) == expected and not fut.done():
                     fut.set_result(None)
+        elif kind == records.SUB_OK:
+            _, conn = records.CONN.unpack_from(rec)
+            c = self.connections.get(conn)
+            if c is not None:
+                c.sub_confirmed()
         elif kind == records.CLOSE_CONN:
             _, conn = records.CONN.unpack_from(rec)
             c = self.connections.get(conn)

@@ -57,6 +57,9 @@ class V2Connection(asyncio.Protocol):
         self._heartbeat: asyncio.TimerHandle | None = None
         self.closed = False
         self.paused = False
+        # SUB is answered once the router has the channel (as nsqd creates it before its
+        # OK): until then nothing after the SUB is parsed, so responses stay in order
+        self.sub_pending = False
 
     # -- transport callbacks ---------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -133,7 +136,7 @@ class V2Connection(asyncio.Protocol):
             del buf[:4]
         pos = 0
         try:
-            while not self.closed:
+            while not self.closed and not self.sub_pending:
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
                     if len(buf) - pos > _MAX_LINE:
@@ -298,9 +301,17 @@ class V2Connection(asyncio.Protocol):
         self.topic, self.channel = topic, channel
         self.router = self.server.router_slot(topic)
         self.state = STATE_SUBSCRIBED
+        self.sub_pending = True
         self.send_sub()
-        self.write(OK_FRAME)
         return start
+
+    def sub_confirmed(self) -> None:
+        """The router created the channel: answer the SUB, then read on."""
+        if not self.sub_pending:
+            return  # a re-sent SUB (router restart) of a connection already answered
+        self.sub_pending = False
+        self.write(OK_FRAME)
+        self._process()
 
     def send_sub(self) -> None:
         """Tell the topic's router about this consumer (again, after a router restart)."""

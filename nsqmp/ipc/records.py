@@ -22,6 +22,7 @@ followed by at most one variable part. Layouts, by kind::
     TOPIC_FULL | kind | full u8 | topic             (max-topic-bytes reached / cleared: refuse)
     CLOSE_CONN | kind | conn u64                    (its topic or channel was deleted: close it)
     TOPIC_GONE | kind | topic                       (deleted: drop the segment writer)
+    SUB_OK   | kind | conn u64                      (the channel exists and the consumer is known)
   router -> timer
     ARM      | kind | n x (token u64, deadline_ns i64)
     DISARM   | kind | n x token u64
@@ -41,7 +42,7 @@ from __future__ import annotations
 import struct
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
-DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE = range(20, 27)
+DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK = range(20, 28)
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
 

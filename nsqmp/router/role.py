@@ -270,6 +270,7 @@ class Router(Role):
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
+        self.endpoint.send(src, records.CONN.pack(records.SUB_OK, conn))
 
     def on_rdy(self, src: int, rec: bytes) -> None:
         _, conn, count = records.CONN_U32.unpack(rec)

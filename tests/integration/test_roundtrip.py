@@ -37,3 +37,22 @@ def test_http_publish_is_delivered(broker):
         consumer.sub("web", "ch", rdy=10)
         bodies = sorted(consumer.read_message().body for _ in range(4))
     assert bodies == [b"a", b"b", b"c", b"from-http"]
+
+
+def test_a_channel_exists_once_sub_is_answered(broker):
+    """nsqd creates the channel before it answers SUB, so a message published right after
+    (here through another connection, often on the other acceptor) reaches the channel."""
+    for i in range(30):
+        topic = f"race{i}"
+        with Connection.connect(broker.tcp_address) as c:
+            c.identify()
+            c.sub(topic, "early")
+        with Connection.connect(broker.tcp_address) as p:
+            p.pub(topic, b"x")
+
+    def all_delivered() -> bool:
+        topics = {t["topic_name"]: t for t in broker.stats()["topics"]}
+        return all(topics[f"race{i}"]["channels"][0]["message_count"] == 1 for i in range(30))
+
+    from tests.harness import wait_for
+    wait_for(all_delivered, what="every early channel got its message")

@@ -13,7 +13,7 @@ File layout (little-endian)::
     +------------------+---------+----------+-------+------------------------+
     64: records, back to back, no alignment:
     +-----------------+---------------+--------------------------------------+
-    | length u32      | crc32 u32     | payload (length bytes)               |
+    | length u32      | crc32c u32    | payload (length bytes)               |
     | bit 31: DEFER   | of payload    |                                      |
     +-----------------+---------------+--------------------------------------+
     payload = NSQ message encoding (timestamp, attempts, id, body), or, when
@@ -22,7 +22,8 @@ File layout (little-endian)::
     A length word of 0 where a record would start marks the end of what was written
     (the file is zero past it). Limits: 26 <= length <= max-msg-size + 34.
 
-The checksum is zlib's CRC-32 (standard library, hardware-assisted in zlib-ng builds).
+The checksum is CRC-32C (Castagnoli), from the crc32c package: SSE4.2/ARMv8 instructions
+where the CPU has them (about twice as fast as zlib's CRC-32 here), software otherwise.
 
 Space is reserved with posix_fallocate before it is mapped: a write through a mapping
 into a hole of a full disk would kill the process with SIGBUS, while a failed
@@ -34,7 +35,7 @@ import mmap
 import os
 import re
 import struct
-import zlib
+import crc32c as _crc32c
 from collections.abc import Iterator
 
 MAGIC = b"NQSG"
@@ -64,7 +65,7 @@ def parse_name(filename: str) -> tuple[int, int] | None:
 
 def encode(payloads: list[bytes], due_ns: int = 0) -> bytes:
     """The bytes of a batch of records, as appended to a segment (due_ns: deferred until)."""
-    crc = zlib.crc32
+    crc = _crc32c.crc32c
     head = RECORD_HEAD.pack
     if due_ns:
         due = _DUE.pack(due_ns)
@@ -215,7 +216,7 @@ def _valid_at(data, pos: int) -> int:
     length = word & _LENGTH
     if length < MIN_PAYLOAD + (8 if word & DEFER else 0) or pos + 8 + length > len(data):
         return 0
-    if zlib.crc32(data[pos + 8:pos + 8 + length]) != crc:
+    if _crc32c.crc32c(data[pos + 8:pos + 8 + length]) != crc:
         return 0
     return 8 + length
 

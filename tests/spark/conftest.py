@@ -2,7 +2,7 @@
 
 Its scratch folder (TMPDIR, SPARK_LOCAL_DIRS, java.io.tmpdir) is a pytest tmp dir, its
 Python workers run this interpreter, and format("nsq") is registered. The environment the
-session needs is set for the whole session and restored afterwards.
+JVM needs is set while it starts and restored right after.
 """
 from __future__ import annotations
 
@@ -39,14 +39,18 @@ def spark(spark_scratch):
 
     saved = {k: os.environ.get(k) for k in
              ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "TMPDIR", "SPARK_LOCAL_DIRS")}
-    session = local_session("nsqmp-tests", scratch=spark_scratch)
+    try:
+        session = local_session("nsqmp-tests", scratch=spark_scratch)
+    finally:
+        # the JVM (and through it the Python workers) took its environment at launch; the
+        # rest of the test run gets the original one back
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     yield session
     session.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 @pytest.fixture

@@ -80,6 +80,8 @@ def test_wrong_options_fail_with_a_clear_message(spark, broker, tmp_path):
     df = spark.createDataFrame([(1, "a")], "n int, s string")
     with pytest.raises(Exception, match=r"nsq: which column holds the message body\?"):
         df.write.format("nsq").mode("append").option("nsqd", broker.tcp_address).option("topic", "t").save()
+    with pytest.raises(Exception, match=r"nsq: a topic cannot be overwritten, only appended to"):
+        df.write.format("nsq").mode("overwrite").option("nsqd", broker.tcp_address).option("topic", "t").save()
     with pytest.raises(Exception, match=r"nsq: column 'n' is int; the message body must be binary or string"):
         (df.write.format("nsq").mode("append").option("nsqd", broker.tcp_address).option("topic", "t")
          .option("column", "n").save())

@@ -113,6 +113,7 @@ class Consumer:
             self._stop.set()
             for conn in self.conns:
                 self._drop(conn, "start-up failed")
+            self._close_pipe()
             raise
         self._thread = threading.Thread(target=self._run, name="nsq-consumer", daemon=True)
         self._thread.start()
@@ -129,11 +130,16 @@ class Consumer:
             if graceful and conn.sock is not None:
                 self._close_wait(conn, timeout)
             self._drop(conn, "closed")
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
         for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._wake_r = self._wake_w = -1
 
     def _close_wait(self, conn: _Conn, timeout: float) -> None:
         sock = conn.sock
@@ -221,6 +227,8 @@ class Consumer:
             self.stats["dropped_on_disconnect"] += dropped
 
     def _wake(self) -> None:
+        if self._wake_w < 0:
+            return
         try:
             os.write(self._wake_w, b"x")
         except OSError:

@@ -21,13 +21,18 @@ import orjson
 from nsqmp.bench.tool import run
 from nsqmp.launcher import Broker
 
-# name, kind, conns, batch size, broker flags, nsqd 1.3.0 on this machine kind (msgs/s)
+# name, kind, conns, batch size, broker flags, nsqd 1.3.0 on this machine kind (msgs/s), topic
 WORKLOADS = [
-    ("writer MPUB 200, 1 conn", "writer", 1, 200, (), 129_600),
-    ("writer MPUB 200, 4 conns", "writer", 4, 200, (), 142_100),
-    ("writer PUB, 1 conn", "writer", 1, 1, (), 16_700),
-    ("writer PUB, 4 conns", "writer", 4, 1, (), 24_800),
-    ("reader, 2 conns, draining", "reader", 2, 0, (), 130_200),
+    ("writer MPUB 200, 1 conn", "writer", 1, 200, (), 129_600, "sub_bench"),
+    ("writer MPUB 200, 4 conns", "writer", 4, 200, (), 142_100, "sub_bench"),
+    ("writer PUB, 1 conn", "writer", 1, 1, (), 16_700, "sub_bench"),
+    ("writer PUB, 4 conns", "writer", 4, 1, (), 24_800, "sub_bench"),
+    ("reader, 2 conns, draining", "reader", 2, 0, (), 130_200, "sub_bench"),
+    ("4 MPUB writers + 2 readers at once (in)", "mixed", 4, 200, (), 177_600, "sub_bench"),
+    # nsqd's figure is its everything-in-memory run (mem-queue-size 1,000,000): an
+    # #ephemeral topic is nsqmp's memory-only path
+    ("writer MPUB 200, 4 conns, #ephemeral (memory only)", "writer", 4, 200,
+     ("--mem-queue-size", "1000000"), 333_500, "sub_bench#ephemeral"),
 ]
 
 
@@ -48,10 +53,40 @@ def memory(broker: Broker) -> dict[str, dict[str, int]]:
     return out
 
 
-def one(name: str, kind: str, conns: int, batch: int, flags, runfor: float, workdir: Path) -> dict:
+def _mixed(addr: str, conns: int, batch: int, runfor: float) -> dict:
+    """Writers and readers on one topic at the same time; returns the writers' result
+    with the readers' rate as msgs_out_per_sec."""
+    import threading
+
+    from nsqmp.client.sync import Connection
+
+    with Connection.connect(addr) as c:
+        c.identify()
+        c.sub("sub_bench", "ch")
+    results: dict = {}
+    w = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor, size=200,
+                        conns=conns, batch_size=batch)
+    r = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", channel="ch", runfor=runfor,
+                        size=200, conns=2, rdy=2500, max_messages=0)
+    t = threading.Thread(target=lambda: results.__setitem__("reader", run("reader", r)))
+    t.start()
+    results["writer"] = run("writer", w)
+    t.join()
+    out = results["writer"]
+    out["msgs_out_per_sec"] = results["reader"]["msgs_per_sec"]
+    return out
+
+
+def one(name: str, kind: str, conns: int, batch: int, flags, runfor: float, workdir: Path,
+        topic: str = "sub_bench") -> dict:
     broker = Broker(workdir / "data", *flags, log_path=workdir / "broker.log").start()
     try:
         addr = broker.tcp_address
+        if kind == "mixed":
+            result = _mixed(addr, conns, batch, runfor)
+            result["memory_kib"] = memory(broker)
+            result["name"] = name
+            return result
         if kind == "reader":
             # fill a backlog first: as many messages as the reader could take in runfor
             fill = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor / 2,
@@ -66,7 +101,7 @@ def one(name: str, kind: str, conns: int, batch: int, flags, runfor: float, work
             args = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", channel="ch", runfor=runfor,
                                    size=200, conns=conns, rdy=2500, max_messages=0)
         else:
-            args = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor, size=200,
+            args = SimpleNamespace(nsqd_tcp_address=addr, topic=topic, runfor=runfor, size=200,
                                    conns=conns, batch_size=batch)
         result = run(kind, args)
         result["memory_kib"] = memory(broker)
@@ -88,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [w for w in WORKLOADS if not args.only or any(s in w[0] for s in args.only)]
     results: dict[str, list[dict]] = {w[0]: [] for w in chosen}
     for rep in range(args.reps):
-        for name, kind, conns, batch, flags, _ in chosen:
+        for name, kind, conns, batch, flags, _, topic in chosen:
             with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
-                r = one(name, kind, conns, batch, flags, args.runfor, Path(tmp))
+                r = one(name, kind, conns, batch, flags, args.runfor, Path(tmp), topic)
             results[name].append(r)
             print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s", flush=True)
     lines = [
@@ -99,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
         "| workload | nsqmp msgs/s (median) | range | nsqd 1.3.0 | ratio |",
         "|---|---|---|---|---|",
     ]
-    for name, kind, conns, batch, flags, nsqd in chosen:
+    for name, kind, conns, batch, flags, nsqd, _ in chosen:
         rates = [r["msgs_per_sec"] for r in results[name]]
         med = statistics.median(rates)
         lines.append(f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | {med / nsqd:.2f}x |")
+        if kind == "mixed":
+            outs = [r["msgs_out_per_sec"] for r in results[name]]
+            med_out = statistics.median(outs)
+            lines.append(f"| {name.replace('(in)', '(out)')} | {med_out:,.0f} | {min(outs):,.0f} - "
+                         f"{max(outs):,.0f} | 176,300 | {med_out / 176_300:.2f}x |")
     last = results[chosen[0][0]][-1]["memory_kib"]
     lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "", "| process | RSS | PSS |", "|---|---|---|"]
     for title, m in sorted(last.items()):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+from collections import deque
 from dataclasses import dataclass
 
 import orjson
@@ -27,7 +28,7 @@ class Connection:
     def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.reader = wire.FrameReader()
-        self.pending: list[tuple[int, bytes]] = []
+        self.pending: deque[tuple[int, bytes]] = deque()
         self.sock.sendall(wire.MAGIC)
 
     @classmethod
@@ -55,7 +56,7 @@ class Connection:
                 if not data:
                     raise EOFError("connection closed by the server")
                 self.pending.extend(self.reader.feed(data))
-            ftype, data = self.pending.pop(0)
+            ftype, data = self.pending.popleft()
             if skip_heartbeats and ftype == wire.FRAME_RESPONSE and data == b"_heartbeat_":
                 self.send(wire.NOP)
                 continue

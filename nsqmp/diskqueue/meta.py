@@ -9,7 +9,9 @@ write: a graceful stop writes them last, so a restart shows the same numbers.
 `backlog_start` (same form as `start`): /topic/empty dropped the topic's own backlog
 up to there; a first channel created later does not adopt those records.
 `deferred` (written by a graceful stop, cleared by the next start) lists the channel's
-messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, attempts].
+messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, attempts];
+`attempts` (same life) the delivery attempts of its queued messages that were already
+delivered at least once: [acceptor, seq, offset, attempts].
 
 `start` is where the channel began: per acceptor stream, the position (seq, offset) of
 the last record published before the channel existed; records at or before it are not
@@ -34,6 +36,7 @@ class ChannelMeta:
     start: dict[int, tuple[int, int]] | None = None
     counts: dict[str, int] = field(default_factory=dict)
     deferred: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    attempts: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -54,6 +57,7 @@ class TopicMeta:
             "channels": [
                 {"name": c.name, "id": c.id, "paused": c.paused, "counts": c.counts,
                  "deferred": [list(d) for d in c.deferred],
+                 "attempts": [list(a) for a in c.attempts],
                  "start": None if c.start is None else {str(a): list(p) for a, p in c.start.items()}}
                 for c in self.channels
             ],
@@ -74,7 +78,8 @@ class TopicMeta:
                             None if c.get("start") is None
                             else {int(a): (int(p[0]), int(p[1])) for a, p in c["start"].items()},
                             {k: int(v) for k, v in c.get("counts", {}).items()},
-                            [tuple(int(x) for x in d) for d in c.get("deferred", [])])
+                            [tuple(int(x) for x in d) for d in c.get("deferred", [])],
+                            [tuple(int(x) for x in a) for a in c.get("attempts", [])])
                 for c in raw.get("channels", [])
             ],
         )

@@ -95,11 +95,14 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     for cid, acceptor, seq, offset in acklog.read(topic.dir):
         finished.setdefault(cid, set()).add((acceptor, seq, offset))
     # REQ-deferred messages a graceful stop wrote down: position -> (due, attempts), per channel
+    # and the attempts of queued messages already delivered before the stop (due 0)
     saved: dict[int, dict[tuple[int, int, int], tuple[int, int]]] = {}
     if meta is not None:
         for cm in meta.channels:
-            saved[cm.id] = {(a, q, o): (due, tries) for a, q, o, due, tries in cm.deferred}
+            saved[cm.id] = {(a, q, o): (0, tries) for a, q, o, tries in cm.attempts}
+            saved[cm.id].update({(a, q, o): (due, tries) for a, q, o, due, tries in cm.deferred})
             cm.deferred = []
+            cm.attempts = []
     files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
     newest = {a: q for a, q in files}  # sorted: the last seq wins
     # routers start before acceptors; a restarted router has live writers, whose newest

@@ -167,6 +167,8 @@ class Topic:
                      d.deadline + to_wall, d.attempts)
                     for d in ch.deferred.values() if d.message.segment is not None
                 ]
+                cm.attempts = [(m.segment.acceptor, m.segment.seq, m.offset, tries)
+                               for m, tries in ch.ready if tries and m.segment is not None]
         self.save_meta()
 
     def restore_counts(self) -> None:

@@ -189,3 +189,24 @@ def test_graceful_restart_keeps_every_count_identical(tmp_path):
     finally:
         if b.proc.poll() is None:
             assert b.stop() == 0
+
+
+def test_attempts_survive_a_graceful_restart(tmp_path):
+    b = Broker(tmp_path / "data").start()
+    try:
+        with Connection.connect(b.tcp_address) as c:
+            c.identify()
+            c.sub("att", "ch", rdy=1)
+            with Connection.connect(b.tcp_address) as p:
+                p.pub("att", b"once")
+            first = c.read_message()
+            assert first.attempts == 1
+        b = restart(b, "term")  # in flight at the stop: requeued, its attempt remembered
+        with Connection.connect(b.tcp_address) as c:
+            c.identify()
+            c.sub("att", "ch", rdy=1)
+            again = c.read_message()
+        assert (again.id, again.body, again.attempts) == (first.id, b"once", 2)
+    finally:
+        if b.proc.poll() is None:
+            assert b.stop() == 0

@@ -92,7 +92,7 @@ class V2Connection(asyncio.Protocol):
         self.paused = False
 
     # -- output ----------------------------------------------------------------
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if not self.closed and self.transport is not None:
             self.transport.write(data)
 

@@ -78,8 +78,9 @@ class TopicMeta:
                             None if c.get("start") is None
                             else {int(a): (int(p[0]), int(p[1])) for a, p in c["start"].items()},
                             {k: int(v) for k, v in c.get("counts", {}).items()},
-                            [tuple(int(x) for x in d) for d in c.get("deferred", [])],
-                            [tuple(int(x) for x in a) for a in c.get("attempts", [])])
+                            [(int(d[0]), int(d[1]), int(d[2]), int(d[3]), int(d[4]))
+                             for d in c.get("deferred", [])],
+                            [(int(a[0]), int(a[1]), int(a[2]), int(a[3])) for a in c.get("attempts", [])])
                 for c in raw.get("channels", [])
             ],
         )

@@ -11,6 +11,7 @@ attaches to the same rings and continues from the head and tail stored in them.
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -100,7 +101,7 @@ class Endpoint:
         self.slot = slot
         self.doorbell = doorbells[slot]
         self._doorbells = doorbells
-        self._bufs = []
+        self._bufs: list[mmap.mmap] = []
         self.out: dict[int, Ring] = {}
         self.inp: dict[int, Ring] = {}
         for dst, name in plan.outbound(slot).items():

@@ -58,7 +58,7 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale() -> list[str]:
     """Unlink segments left by broker runs whose supervisor is gone; returns their names."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = os.listdir(_SHM_DIR)
     except FileNotFoundError:

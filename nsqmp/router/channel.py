@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsqmp.router.topic import Topic
 
 
 class Message:
@@ -60,7 +64,7 @@ class Deferred:
 @dataclass(eq=False)
 class Channel:
     name: bytes
-    topic: "object"
+    topic: Topic
     ephemeral: bool = False
     paused: bool = False
     id: int = 0  # stable id in the topic's meta and ack log (0: ephemeral, never persisted)

@@ -452,12 +452,12 @@ class Router(Role):
         timer = self.plan.timer_slot
         step = max(1, self.max_chunk // 16)
         while self._arms:
-            chunk, self._arms = self._arms[:step], self._arms[step:]
-            self.endpoint.send(timer, records.arm(chunk))
+            arms, self._arms = self._arms[:step], self._arms[step:]
+            self.endpoint.send(timer, records.arm(arms))
         step = max(1, self.max_chunk // 8)
         while self._disarms:
-            chunk, self._disarms = self._disarms[:step], self._disarms[step:]
-            self.endpoint.send(timer, records.tokens(records.DISARM, chunk))
+            disarms, self._disarms = self._disarms[:step], self._disarms[step:]
+            self.endpoint.send(timer, records.tokens(records.DISARM, disarms))
 
     # -- delivery ----------------------------------------------------------------------------
     def _deliver(self) -> None:

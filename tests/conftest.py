@@ -36,3 +36,25 @@ def small_fs(tmp_path):
     yield mount
     for mnt in mounts:
         subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    """Start brokers with extra flags: ``make_broker("--acceptors", "2")``; ``data=`` names
+    the data dir. Every broker started here is stopped after the test (SIGTERM, must exit
+    0) unless the test already stopped or killed it."""
+    started: list[Broker] = []
+
+    def start(*args: str, data: str | None = None) -> Broker:
+        b = Broker(tmp_path / (data or f"data{len(started)}"), *args).start()
+        started.append(b)
+        return b
+
+    yield start
+    failures = []
+    for b in started:
+        if b.proc is not None and b.proc.poll() is None:
+            code = b.stop()
+            if code != 0:
+                failures.append(f"broker {b.proc.pid} exited {code}:\n{b.log_text()[-4000:]}")
+    assert not failures, "\n".join(failures)

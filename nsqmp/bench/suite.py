@@ -147,15 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "", "| process | RSS | PSS |", "|---|---|---|"]
     for title, m in sorted(last.items()):
         lines.append(f"| {title} | {m.get('rss', 0):,} | {m.get('pss', 0):,} |")
+    write_results(args.out, "", lines, results)
+    return 0
+
+
+def write_results(out_dir: str, prefix: str, lines: list[str], raw: dict) -> None:
+    """Print the Markdown table and keep it, with the raw figures, under out_dir."""
     table = "\n".join(lines) + "\n"
     print()
     print(table)
-    out = Path(args.out)
+    out = Path(out_dir)
     out.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = prefix + time.strftime("%Y%m%d-%H%M%S")
     (out / f"{stamp}.md").write_text(table)
-    (out / f"{stamp}.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-    return 0
+    (out / f"{stamp}.json").write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
 
 
 if __name__ == "__main__":

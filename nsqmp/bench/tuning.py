@@ -16,9 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
-
-from nsqmp.bench.suite import one
+from nsqmp.bench.suite import one, write_results
 
 KNOBS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "acceptors": [("1", ("--acceptors", "1")), ("2 (default here)", ("--acceptors", "2")),
@@ -69,13 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"| {statistics.median(pss):,.0f} |")
             print(lines[-1], flush=True)
         lines.append("")
-    table = "\n".join(lines) + "\n"
-    print(table)
-    out = Path(args.out)
-    out.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out / f"tuning-{stamp}.md").write_text(table)
-    (out / f"tuning-{stamp}.json").write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
+    write_results(args.out, "tuning-", lines, raw)
     return 0
 
 

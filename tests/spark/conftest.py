@@ -51,25 +51,3 @@ def spark(spark_scratch):
                 os.environ[key] = value
     yield session
     session.stop()
-
-
-@pytest.fixture
-def make_broker(tmp_path):
-    """Start brokers with extra flags; each is stopped after the test (SIGTERM, must exit 0)."""
-    from tests.harness import Broker
-
-    started: list = []
-
-    def start(*args: str, data: str | None = None) -> Broker:
-        b = Broker(tmp_path / (data or f"data{len(started)}"), *args).start()
-        started.append(b)
-        return b
-
-    yield start
-    failures = []
-    for b in started:
-        if b.proc is not None and b.proc.poll() is None:
-            code = b.stop()
-            if code != 0:
-                failures.append(f"broker {b.proc.pid} exited {code}:\n{b.log_text()[-4000:]}")
-    assert not failures, "\n".join(failures)

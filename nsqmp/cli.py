@@ -1,8 +1,10 @@
-"""The `nsqmp` command: serve, check-config, bench."""
+"""The `nsqmp` command: serve, nsqd, check-config, bench; and the `nsqmp-nsqd` drop-in."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
+import platform
 import sys
 
 from nsqmp.config import ConfigError, build_parser, from_namespace, render_resolved
@@ -11,13 +13,33 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING
            "error": logging.ERROR, "fatal": logging.CRITICAL}
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=_LEVELS.get(level, logging.INFO),
-        format="[nsqmp] %(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-        datefmt="%Y/%m/%d %H:%M:%S",
-        stream=sys.stderr,
-    )
+class _NsqdFormatter(logging.Formatter):
+    """nsqd's log lines: ``[nsqd] 2026/11/22 10:00:00.123456 INFO: TCP: listening on ...``,
+    so that harnesses written for nsqd can read them."""
+
+    _NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.datetime.fromtimestamp(record.created).strftime("%Y/%m/%d %H:%M:%S.%f")
+        level = self._NAMES.get(record.levelname, record.levelname)
+        text = f"{self.prefix}{when} {level}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if nsqd_style:
+        handler.setFormatter(_NsqdFormatter(prefix))
+    else:
+        handler.setFormatter(logging.Formatter(
+            f"{prefix}%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s", "%Y/%m/%d %H:%M:%S"))
+    logging.basicConfig(level=_LEVELS.get(level, logging.INFO), handlers=[handler])
 
 
 def check_limits(opts) -> None:
@@ -45,10 +67,57 @@ def cmd_serve(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"nsqmp: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(opts.log_level)
+    _setup_logging(opts.log_level, prefix=opts.log_prefix)
     from nsqmp.supervisor.arbiter import Supervisor
 
     return Supervisor(opts).run()
+
+
+# what nsqd binds and where it keeps its data when given no flags
+_NSQD_DEFAULTS = ["--tcp-address", "0.0.0.0:4150", "--http-address", "0.0.0.0:4151",
+                  "--data-path", ".", "--log-prefix", "[nsqd] "]
+
+
+def nsqd_version() -> str:
+    from nsqmp.acceptor.identify import VERSION
+
+    return f"nsqd v{VERSION} (built w/nsqmp {_package_version()}, python{platform.python_version()})"
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nsqmp")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def cmd_nsqd(argv: list[str]) -> int:
+    """nsqd's command line, verbatim: Go flag syntax, nsqd's defaults and log lines."""
+    if any(a in ("-version", "--version") for a in argv):
+        print(nsqd_version())
+        return 0
+    parser = build_parser("nsqd", "nsqmp, started with nsqd's command line.")
+    try:
+        opts = from_namespace(parser.parse_args(_NSQD_DEFAULTS + argv))
+        check_limits(opts)
+    except ConfigError as exc:
+        text = str(exc)
+        if text.startswith("unknown option "):  # as Go's flag package says it
+            text = "flag provided but not defined: " + text.split()[2]
+        print(text, file=sys.stderr)
+        return 2
+    _setup_logging(opts.log_level, nsqd_style=True, prefix=opts.log_prefix)
+    logging.getLogger("nsqmp").info("%s", nsqd_version())
+    from nsqmp.supervisor.arbiter import Supervisor
+
+    return Supervisor(opts).run()
+
+
+def nsqd_main() -> None:
+    """Console script `nsqmp-nsqd`."""
+    sys.exit(cmd_nsqd(sys.argv[1:]))
 
 
 def cmd_check_config(argv: list[str]) -> int:
@@ -95,7 +164,7 @@ def cmd_bench(argv: list[str]) -> int:
     return tool.main(argv)
 
 
-COMMANDS = {"serve": cmd_serve, "check-config": cmd_check_config, "bench": cmd_bench}
+COMMANDS = {"serve": cmd_serve, "nsqd": cmd_nsqd, "check-config": cmd_check_config, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print("usage: nsqmp {serve,check-config,bench} ...\n\n"
               "  serve          run the broker (see `nsqmp serve --help`)\n"
+              "  nsqd           run the broker with nsqd's command line (also: nsqmp-nsqd)\n"
               "  check-config   validate a TOML config file and print the resolved options\n"
               "  bench          writer/reader load generators and the ring benchmark",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)

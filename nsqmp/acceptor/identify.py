@@ -25,6 +25,8 @@ class ClientSettings:
     msg_timeout_ms: int = 60_000
     sample_rate: int = 0
     deflate_level: int = 6
+    snappy: bool = False  # negotiated: asked for by the client and allowed (--snappy)
+    deflate: bool = False  # negotiated: asked for by the client and allowed (--deflate)
 
 
 # nsqd decodes the body into a typed struct: a field of the wrong JSON type (a string or a
@@ -112,13 +114,15 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
 
     level = _int(data, "deflate_level", 6) or 6
     settings.deflate_level = max(1, min(level, opts.max_deflate_level))
+    settings.snappy = bool(data.get("snappy", False)) and bool(opts.snappy)
+    settings.deflate = bool(data.get("deflate", False)) and bool(opts.deflate)
 
 
 def response(opts: Any, settings: ClientSettings) -> bytes:
     """The JSON nsqd sends back when feature_negotiation is on.
 
-    TLS, snappy and deflate upgrades are reported as not negotiated until the stream
-    upgrades are built (the wire-compatibility issue), which every client accepts.
+    TLS is reported as not negotiated until it is built (the wire-compatibility issue),
+    which every client accepts; snappy and deflate are what was negotiated.
     """
     return orjson.dumps({
         "max_rdy_count": opts.max_rdy_count,
@@ -126,10 +130,10 @@ def response(opts: Any, settings: ClientSettings) -> bytes:
         "max_msg_timeout": int(opts.max_msg_timeout * 1000),
         "msg_timeout": settings.msg_timeout_ms,
         "tls_v1": False,
-        "deflate": False,
+        "deflate": settings.deflate,
         "deflate_level": settings.deflate_level,
         "max_deflate_level": opts.max_deflate_level,
-        "snappy": False,
+        "snappy": settings.snappy,
         "sample_rate": settings.sample_rate,
         "auth_required": False,
         "output_buffer_size": settings.output_buffer_size,

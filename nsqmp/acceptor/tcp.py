@@ -12,6 +12,7 @@ import asyncio
 import logging
 import struct
 import time
+import zlib
 from collections.abc import Callable
 
 import orjson
@@ -60,6 +61,9 @@ class V2Connection(asyncio.Protocol):
         # SUB is answered once the router has the channel (as nsqd creates it before its
         # OK): until then nothing after the SUB is parsed, so responses stay in order
         self.sub_pending = False
+        # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
+        self._encode: Callable[[bytes], bytes] | None = None
+        self._decode: Callable[[bytes], bytes] | None = None
 
     # -- transport callbacks ---------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -73,6 +77,13 @@ class V2Connection(asyncio.Protocol):
         self._arm_heartbeat()
 
     def data_received(self, data: bytes) -> None:
+        if self._decode is not None:
+            try:
+                data = self._decode(data)
+            except Exception:  # a corrupt compressed stream cannot be resynchronised
+                log.info("%s: undecodable compressed stream, closing", self.remote)
+                self.close()
+                return
         self.buf += data
         self.last_read = time.monotonic()
         self._process()
@@ -94,6 +105,8 @@ class V2Connection(asyncio.Protocol):
     # -- output ----------------------------------------------------------------
     def write(self, data: bytes | memoryview) -> None:
         if not self.closed and self.transport is not None:
+            if self._encode is not None:
+                data = self._encode(bytes(data))
             self.transport.write(data)
 
     def send_error(self, err: ClientError) -> None:
@@ -201,6 +214,8 @@ class V2Connection(asyncio.Protocol):
             negotiate(data, self.opts, self.settings)
         except IdentifyError as exc:
             raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY {exc}") from None
+        if self.settings.snappy and self.settings.deflate:
+            raise FatalClientError(E.E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
@@ -209,7 +224,28 @@ class V2Connection(asyncio.Protocol):
             self.write(response_frame(response(self.opts, self.settings)))
         else:
             self.write(OK_FRAME)
+        if self.settings.snappy or self.settings.deflate:
+            self._upgrade(buf, end)
         return end
+
+    def _upgrade(self, buf: bytearray, end: int) -> None:
+        """Switch the stream to snappy (framing format) or raw deflate, as nsqd does right
+        after the IDENTIFY response, and confirm with an OK sent compressed."""
+        if self.settings.snappy:
+            import snappy
+
+            out, inp = snappy.StreamCompressor(), snappy.StreamDecompressor()
+            self._encode, self._decode = out.add_chunk, inp.decompress
+        else:
+            deflater = zlib.compressobj(self.settings.deflate_level, zlib.DEFLATED, -15)
+            inflater = zlib.decompressobj(-15)
+            self._encode = lambda d: deflater.compress(d) + deflater.flush(zlib.Z_SYNC_FLUSH)
+            self._decode = inflater.decompress
+        if len(buf) > end:  # bytes the client sent after IDENTIFY are already compressed
+            rest = bytes(buf[end:])
+            del buf[end:]
+            buf += self._decode(rest)
+        self.write(OK_FRAME)
 
     def cmd_pub(self, params, buf, start) -> int:
         if len(params) < 2:
@@ -321,6 +357,7 @@ class V2Connection(asyncio.Protocol):
             "remote_address": self.remote, "connect_ts": self.connect_ts,
             "msg_timeout": s.msg_timeout_ms, "sample_rate": s.sample_rate,
             "acceptor": self.server.index,
+            "snappy": s.snappy, "deflate": s.deflate,
         })
         ep = self.server.endpoint
         ep.send(self.router, records.sub(self.conn, self.topic, self.channel, info))

@@ -1,0 +1,118 @@
+"""snappy (framing format) and deflate (raw) stream upgrades after IDENTIFY, as nsqd does."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import zlib
+
+import nsq
+import orjson
+import pytest
+import snappy
+
+from nsqmp.client import wire
+
+
+class Compressed:
+    """A raw V2 connection that upgrades like a client library does."""
+
+    def __init__(self, address: str, codec: str, level: int = 6) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.sock.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, codec: True,
+                                                      "deflate_level": level}))
+        self.plain = wire.FrameReader()
+        self.reader = wire.FrameReader()
+        self.frames: list = []
+        first = self._plain_frame()
+        self.identify = orjson.loads(first[1])
+        if codec == "snappy":
+            out, inp = snappy.StreamCompressor(), snappy.StreamDecompressor()
+            self.encode, self.decode = out.add_chunk, inp.decompress
+        else:
+            c, d = zlib.compressobj(level, zlib.DEFLATED, -15), zlib.decompressobj(-15)
+            self.encode = lambda b: c.compress(b) + c.flush(zlib.Z_SYNC_FLUSH)
+            self.decode = d.decompress
+        leftover = bytes(self.plain.buf)  # what followed the response is compressed
+        if leftover:
+            self.frames += self.reader.feed(self.decode(leftover))
+
+    def _plain_frame(self):
+        while True:
+            got = self.plain.feed(self.sock.recv(4096))
+            if got:
+                return got[0]
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(self.encode(data))
+
+    def frame(self):
+        while not self.frames:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError
+            self.frames += self.reader.feed(self.decode(data))
+        return self.frames.pop(0)
+
+
+@pytest.mark.parametrize("codec", ["snappy", "deflate"])
+def test_upgrade_then_publish_and_consume(broker, codec):
+    c = Compressed(broker.tcp_address, codec, level=3)
+    assert c.identify[codec] is True and c.identify["snappy" if codec == "deflate" else "deflate"] is False
+    if codec == "deflate":
+        assert c.identify["deflate_level"] == 3
+    assert c.frame() == (wire.FRAME_RESPONSE, b"OK")  # the upgrade's OK, compressed
+    c.send(wire.pub("z", b"compressed " * 50))
+    assert c.frame() == (wire.FRAME_RESPONSE, b"OK")
+    c.send(wire.sub("z", "ch") + wire.rdy(5))
+    assert c.frame() == (wire.FRAME_RESPONSE, b"OK")
+    ftype, payload = c.frame()
+    assert ftype == wire.FRAME_MESSAGE and payload[26:] == b"compressed " * 50
+    c.send(wire.fin(payload[10:26]))
+    stats = broker.stats(topic="z")["topics"][0]["channels"][0]
+    assert stats["clients"][0][codec] is True
+    c.sock.close()
+
+
+def test_both_codecs_at_once_is_refused(broker):
+    s = socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=10)
+    s.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, "snappy": True, "deflate": True}))
+    reader = wire.FrameReader()
+    frames = []
+    while not frames:
+        frames = reader.feed(s.recv(4096))
+    assert frames[0] == (wire.FRAME_ERROR, b"E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
+    s.close()
+
+
+def test_pynsq_with_snappy_writer_and_deflate_reader(broker):
+    """Real client: pynsq negotiates snappy on one connection and deflate on the other."""
+    async def scenario() -> list[bytes]:
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        def handler(message: nsq.Message) -> bool:
+            got.append(message.body)
+            if len(got) == 200:
+                done.set()
+            return True
+
+        reader = nsq.Reader("zz", "ch", handler, nsqd_tcp_addresses=[broker.tcp_address],
+                            max_in_flight=50, deflate=True, deflate_level=5)
+        writer = nsq.Writer([broker.tcp_address], snappy=True)
+        while not writer.conns:
+            await asyncio.sleep(0.02)
+        acks: list = []
+        for i in range(0, 200, 20):
+            writer.mpub("zz", [b"m%03d" % k for k in range(i, i + 20)], callback=lambda c, d: acks.append(d))
+        await asyncio.wait_for(done.wait(), 30)
+        assert all(a == b"OK" for a in acks), acks
+        reader.connect_to_nsqd = lambda *a, **k: None
+        reader.close()
+        for conn in writer.conns.values():
+            conn.close()
+        await asyncio.sleep(0.1)
+        return got
+
+    got = asyncio.run(scenario())
+    assert sorted(got) == [b"m%03d" % k for k in range(200)]

@@ -25,6 +25,7 @@ class ClientSettings:
     msg_timeout_ms: int = 60_000
     sample_rate: int = 0
     deflate_level: int = 6
+    tls: bool = False  # negotiated: asked for (tls_v1) and the server has a certificate
     snappy: bool = False  # negotiated: asked for by the client and allowed (--snappy)
     deflate: bool = False  # negotiated: asked for by the client and allowed (--deflate)
 
@@ -114,6 +115,7 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
 
     level = _int(data, "deflate_level", 6) or 6
     settings.deflate_level = max(1, min(level, opts.max_deflate_level))
+    settings.tls = bool(data.get("tls_v1", False)) and bool(opts.tls_cert and opts.tls_key)
     settings.snappy = bool(data.get("snappy", False)) and bool(opts.snappy)
     settings.deflate = bool(data.get("deflate", False)) and bool(opts.deflate)
 
@@ -121,15 +123,14 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
 def response(opts: Any, settings: ClientSettings) -> bytes:
     """The JSON nsqd sends back when feature_negotiation is on.
 
-    TLS is reported as not negotiated until it is built (the wire-compatibility issue),
-    which every client accepts; snappy and deflate are what was negotiated.
+    tls_v1, snappy and deflate are what was negotiated (asked for, and allowed here).
     """
     return orjson.dumps({
         "max_rdy_count": opts.max_rdy_count,
         "version": VERSION,
         "max_msg_timeout": int(opts.max_msg_timeout * 1000),
         "msg_timeout": settings.msg_timeout_ms,
-        "tls_v1": False,
+        "tls_v1": settings.tls,
         "deflate": settings.deflate,
         "deflate_level": settings.deflate_level,
         "max_deflate_level": opts.max_deflate_level,

@@ -5,6 +5,7 @@ import asyncio
 import errno
 import itertools
 import os
+import ssl
 import socket
 import time
 
@@ -20,6 +21,27 @@ from nsqmp.roles import Role
 # a publisher stops being read while this many records wait for a full ring
 _BACKLOG_PAUSE = 256
 _STATS_TIMEOUT = 5.0
+
+
+def _tls_context(opts) -> ssl.SSLContext | None:
+    """The server side of the TLS upgrade (--tls-cert, --tls-key, ...), or None."""
+    if not (opts.tls_cert and opts.tls_key):
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
+    versions = {"tls1.0": ssl.TLSVersion.TLSv1, "tls1.1": ssl.TLSVersion.TLSv1_1,
+                "tls1.2": ssl.TLSVersion.TLSv1_2, "tls1.3": ssl.TLSVersion.TLSv1_3}
+    try:
+        ctx.minimum_version = versions.get(opts.tls_min_version, ssl.TLSVersion.TLSv1_2)
+    except ValueError:  # the OpenSSL build refuses versions this old: keep its floor
+        pass
+    if opts.tls_client_auth_policy:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        if opts.tls_root_ca_file:
+            ctx.load_verify_locations(opts.tls_root_ca_file)
+        else:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+    return ctx
 
 
 class Acceptor(Role):
@@ -44,6 +66,8 @@ class Acceptor(Role):
 
     # -- lifecycle --------------------------------------------------------------
     def setup(self) -> None:
+        self.tls_context = _tls_context(self.opts)
+        self.tls_required = bool(self.opts.tls_required)
         self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())

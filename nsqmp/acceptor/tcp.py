@@ -61,6 +61,7 @@ class V2Connection(asyncio.Protocol):
         # SUB is answered once the router has the channel (as nsqd creates it before its
         # OK): until then nothing after the SUB is parsed, so responses stay in order
         self.sub_pending = False
+        self.tls = False
         # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
         self._encode: Callable[[bytes], bytes] | None = None
         self._decode: Callable[[bytes], bytes] | None = None
@@ -162,6 +163,9 @@ class V2Connection(asyncio.Protocol):
                 handler = COMMANDS.get(params[0])
                 if handler is None:
                     raise FatalClientError(E.E_INVALID, f"invalid command {params[0].decode(errors='replace')}")
+                if self.server.tls_required and not self.tls and params[0] != b"IDENTIFY":
+                    raise FatalClientError(
+                        E.E_INVALID, f"cannot {params[0].decode()} in current state (TLS required)")
                 try:
                     end = handler(self, params, buf, nl + 1)
                 except NeedMore:
@@ -224,9 +228,37 @@ class V2Connection(asyncio.Protocol):
             self.write(response_frame(response(self.opts, self.settings)))
         else:
             self.write(OK_FRAME)
-        if self.settings.snappy or self.settings.deflate:
+        if self.settings.tls:
+            # nothing more is read in the clear: the client's next bytes are its ClientHello
+            self.sub_pending = True
+            self.transport.pause_reading()
+            self.server.loop.create_task(self._start_tls(bytes(buf[end:])))
+            del buf[end:]
+        elif self.settings.snappy or self.settings.deflate:
             self._upgrade(buf, end)
         return end
+
+    async def _start_tls(self, early: bytes) -> None:
+        """TLS server handshake (5 s, as nsqd), OK over TLS, then any compression upgrade."""
+        if early:
+            log.info("%s: sent data before the TLS handshake, closing", self.remote)
+            self.close()
+            return
+        try:
+            self.transport = await self.server.loop.start_tls(
+                self.transport, self, self.server.tls_context, server_side=True, ssl_handshake_timeout=5.0)
+        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.info("%s: TLS handshake failed: %s", self.remote, exc)
+            if self.transport is not None:
+                self.transport.close()
+            self.closed = True
+            return
+        self.tls = True
+        self.write(OK_FRAME)
+        if self.settings.snappy or self.settings.deflate:
+            self._upgrade(self.buf, len(self.buf))
+        self.sub_pending = False
+        self._process()
 
     def _upgrade(self, buf: bytearray, end: int) -> None:
         """Switch the stream to snappy (framing format) or raw deflate, as nsqd does right
@@ -357,7 +389,7 @@ class V2Connection(asyncio.Protocol):
             "remote_address": self.remote, "connect_ts": self.connect_ts,
             "msg_timeout": s.msg_timeout_ms, "sample_rate": s.sample_rate,
             "acceptor": self.server.index,
-            "snappy": s.snappy, "deflate": s.deflate,
+            "snappy": s.snappy, "deflate": s.deflate, "tls": self.tls,
         })
         ep = self.server.endpoint
         ep.send(self.router, records.sub(self.conn, self.topic, self.channel, info))

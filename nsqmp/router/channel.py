@@ -107,7 +107,7 @@ class Channel:
                     "deflate": info.get("deflate", False),
                     "snappy": info.get("snappy", False),
                     "user_agent": info.get("user_agent", ""),
-                    "tls": False,
+                    "tls": info.get("tls", False),
                     "tls_cipher_suite": "",
                     "tls_version": "",
                     "tls_negotiated_protocol": "",

@@ -1,0 +1,103 @@
+"""TLS upgrade after IDENTIFY (tls_v1), --tls-required, and pynsq over TLS."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import subprocess
+
+import nsq
+import orjson
+import pytest
+
+from nsqmp.client import wire
+
+
+@pytest.fixture
+def cert(tmp_path):
+    """A self-signed certificate for 127.0.0.1, made by openssl for this test."""
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(crt), str(key)
+
+
+def _frames(sock, reader: wire.FrameReader, n: int = 1) -> list:
+    got: list = []
+    while len(got) < n:
+        data = sock.recv(65536)
+        if not data:
+            raise EOFError
+        got += reader.feed(data)
+    return got
+
+
+def test_tls_upgrade_then_publish(make_broker, cert):
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1])
+    raw = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
+    raw.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, "tls_v1": True}))
+    reader = wire.FrameReader()
+    ((ftype, body),) = _frames(raw, reader)
+    assert orjson.loads(body)["tls_v1"] is True
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    reader = wire.FrameReader()
+    assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]  # the upgrade's OK, over TLS
+    tls.sendall(wire.pub("secure", b"s3cret") + wire.sub("secure", "ch") + wire.rdy(1))
+    frames = _frames(tls, reader, 3)
+    assert frames[0] == (wire.FRAME_RESPONSE, b"OK") and frames[1] == (wire.FRAME_RESPONSE, b"OK")
+    assert frames[2][0] == wire.FRAME_MESSAGE and frames[2][1][26:] == b"s3cret"
+    assert b.stats(topic="secure")["topics"][0]["channels"][0]["clients"][0]["tls"] is True
+    tls.close()
+
+
+def test_without_a_certificate_tls_is_not_negotiated(broker):
+    s = socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=10)
+    s.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, "tls_v1": True}))
+    ((_, body),) = _frames(s, wire.FrameReader())
+    assert orjson.loads(body)["tls_v1"] is False
+    s.close()
+
+
+def test_tls_required_refuses_plain_commands(make_broker, cert):
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--tls-required", "true")
+    s = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
+    s.sendall(wire.MAGIC + wire.pub("t", b"x"))
+    assert _frames(s, wire.FrameReader()) == [(wire.FRAME_ERROR, b"E_INVALID cannot PUB in current state (TLS required)")]
+    s.close()
+
+
+def test_pynsq_over_tls(make_broker, cert):
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1])
+
+    async def scenario() -> list[bytes]:
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        def handler(message: nsq.Message) -> bool:
+            got.append(message.body)
+            if len(got) == 50:
+                done.set()
+            return True
+
+        opts = {"cert_reqs": ssl.CERT_NONE}
+        reader = nsq.Reader("tlst", "ch", handler, nsqd_tcp_addresses=[b.tcp_address], max_in_flight=10,
+                            tls_v1=True, tls_options=opts)
+        writer = nsq.Writer([b.tcp_address], tls_v1=True, tls_options=opts)
+        while not writer.conns:
+            await asyncio.sleep(0.02)
+        acks: list = []
+        writer.mpub("tlst", [b"t%02d" % i for i in range(50)], callback=lambda c, d: acks.append(d))
+        await asyncio.wait_for(done.wait(), 30)
+        assert acks == [b"OK"]
+        reader.connect_to_nsqd = lambda *a, **k: None
+        reader.close()
+        for conn in writer.conns.values():
+            conn.close()
+        await asyncio.sleep(0.1)
+        return got
+
+    assert sorted(asyncio.run(scenario())) == [b"t%02d" % i for i in range(50)]

@@ -17,3 +17,41 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+def pynsq_round_trip(address: str, topic: str, bodies: list[bytes], reader_opts: dict | None = None,
+                     writer_opts: dict | None = None, timeout: float = 30.0) -> list[bytes]:
+    """MPUB `bodies` with a pynsq Writer and read them back with a pynsq Reader (each
+    with its own connection options: tls_v1, snappy, deflate, ...); returns what arrived."""
+    import asyncio
+
+    import nsq
+
+    async def scenario() -> list[bytes]:
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        def handler(message) -> bool:
+            got.append(message.body)
+            if len(got) >= len(bodies):
+                done.set()
+            return True
+
+        reader = nsq.Reader(topic, "ch", handler, nsqd_tcp_addresses=[address], max_in_flight=50,
+                            **(reader_opts or {}))
+        writer = nsq.Writer([address], **(writer_opts or {}))
+        while not writer.conns:
+            await asyncio.sleep(0.02)
+        acks: list = []
+        for i in range(0, len(bodies), 20):
+            writer.mpub(topic, bodies[i:i + 20], callback=lambda conn, data: acks.append(data))
+        await asyncio.wait_for(done.wait(), timeout)
+        assert all(a == b"OK" for a in acks), acks
+        reader.connect_to_nsqd = lambda *a, **k: None  # no reconnect after close
+        reader.close()
+        for conn in writer.conns.values():
+            conn.close()
+        await asyncio.sleep(0.1)
+        return got
+
+    return asyncio.run(scenario())

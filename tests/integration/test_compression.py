@@ -1,16 +1,15 @@
 """snappy (framing format) and deflate (raw) stream upgrades after IDENTIFY, as nsqd does."""
 from __future__ import annotations
 
-import asyncio
 import socket
 import zlib
 
-import nsq
 import orjson
 import pytest
 import snappy
 
 from nsqmp.client import wire
+from tests.harness import pynsq_round_trip
 
 
 class Compressed:
@@ -87,32 +86,7 @@ def test_both_codecs_at_once_is_refused(broker):
 
 def test_pynsq_with_snappy_writer_and_deflate_reader(broker):
     """Real client: pynsq negotiates snappy on one connection and deflate on the other."""
-    async def scenario() -> list[bytes]:
-        got: list[bytes] = []
-        done = asyncio.Event()
-
-        def handler(message: nsq.Message) -> bool:
-            got.append(message.body)
-            if len(got) == 200:
-                done.set()
-            return True
-
-        reader = nsq.Reader("zz", "ch", handler, nsqd_tcp_addresses=[broker.tcp_address],
-                            max_in_flight=50, deflate=True, deflate_level=5)
-        writer = nsq.Writer([broker.tcp_address], snappy=True)
-        while not writer.conns:
-            await asyncio.sleep(0.02)
-        acks: list = []
-        for i in range(0, 200, 20):
-            writer.mpub("zz", [b"m%03d" % k for k in range(i, i + 20)], callback=lambda c, d: acks.append(d))
-        await asyncio.wait_for(done.wait(), 30)
-        assert all(a == b"OK" for a in acks), acks
-        reader.connect_to_nsqd = lambda *a, **k: None
-        reader.close()
-        for conn in writer.conns.values():
-            conn.close()
-        await asyncio.sleep(0.1)
-        return got
-
-    got = asyncio.run(scenario())
-    assert sorted(got) == [b"m%03d" % k for k in range(200)]
+    bodies = [b"m%03d" % k for k in range(200)]
+    got = pynsq_round_trip(broker.tcp_address, "zz", bodies, reader_opts={"deflate": True, "deflate_level": 5},
+                           writer_opts={"snappy": True})
+    assert sorted(got) == bodies

@@ -1,16 +1,15 @@
 """TLS upgrade after IDENTIFY (tls_v1), --tls-required, and pynsq over TLS."""
 from __future__ import annotations
 
-import asyncio
 import socket
 import ssl
 import subprocess
 
-import nsq
 import orjson
 import pytest
 
 from nsqmp.client import wire
+from tests.harness import pynsq_round_trip
 
 
 @pytest.fixture
@@ -72,32 +71,6 @@ def test_tls_required_refuses_plain_commands(make_broker, cert):
 
 def test_pynsq_over_tls(make_broker, cert):
     b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1])
-
-    async def scenario() -> list[bytes]:
-        got: list[bytes] = []
-        done = asyncio.Event()
-
-        def handler(message: nsq.Message) -> bool:
-            got.append(message.body)
-            if len(got) == 50:
-                done.set()
-            return True
-
-        opts = {"cert_reqs": ssl.CERT_NONE}
-        reader = nsq.Reader("tlst", "ch", handler, nsqd_tcp_addresses=[b.tcp_address], max_in_flight=10,
-                            tls_v1=True, tls_options=opts)
-        writer = nsq.Writer([b.tcp_address], tls_v1=True, tls_options=opts)
-        while not writer.conns:
-            await asyncio.sleep(0.02)
-        acks: list = []
-        writer.mpub("tlst", [b"t%02d" % i for i in range(50)], callback=lambda c, d: acks.append(d))
-        await asyncio.wait_for(done.wait(), 30)
-        assert acks == [b"OK"]
-        reader.connect_to_nsqd = lambda *a, **k: None
-        reader.close()
-        for conn in writer.conns.values():
-            conn.close()
-        await asyncio.sleep(0.1)
-        return got
-
-    assert sorted(asyncio.run(scenario())) == [b"t%02d" % i for i in range(50)]
+    opts = {"tls_v1": True, "tls_options": {"cert_reqs": ssl.CERT_NONE}}
+    bodies = [b"t%02d" % i for i in range(50)]
+    assert sorted(pynsq_round_trip(b.tcp_address, "tlst", bodies, reader_opts=opts, writer_opts=opts)) == bodies

@@ -47,8 +47,9 @@ class Request:
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, server) -> None:
+    def __init__(self, server, secure: bool = False) -> None:
         self.server = server
+        self.secure = secure
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self._url = b""
@@ -128,6 +129,11 @@ class HttpConnection(asyncio.Protocol):
             self.transport = None
 
     async def _route(self, req: Request) -> tuple[int, bytes, bytes]:
+        if self.server.tls_required is True and not self.secure:
+            # nsqd with --tls-required=true refuses plain HTTP (tcp-https leaves it open)
+            return 403, orjson.dumps({"message": "TLS_REQUIRED", "https_port": self.server.https_port}), _JSON
+        if req.path.startswith("/config/"):
+            return await h_config(self.server, req)
         route = ROUTES.get(req.path)
         if route is None:
             raise HttpError(404, "NOT_FOUND")
@@ -269,6 +275,21 @@ def render_text(stats: dict) -> str:
     lines.append("")
     lines.append("Producers: None")
     return "\n".join(lines) + "\n"
+
+
+async def h_config(server, req: Request):
+    """GET /config/<option>: the option's value as JSON (nsqd's config-file key names)."""
+    if req.method != "GET":
+        # nsqd lets PUT change nsqlookupd_tcp_addresses and log_level at run time; not yet here
+        raise HttpError(405, "METHOD_NOT_ALLOWED")
+    key = req.path[len("/config/"):]
+    try:
+        value = getattr(server.opts, key)
+    except AttributeError:
+        raise HttpError(400, "INVALID_OPTION") from None
+    if isinstance(value, tuple):
+        value = list(value)
+    return 200, orjson.dumps(value), _JSON
 
 
 _STATUS = {"TOPIC_NOT_FOUND": 404, "CHANNEL_NOT_FOUND": 404, "INVALID_REQUEST": 400}

@@ -46,18 +46,21 @@ def _tls_context(opts) -> ssl.SSLContext | None:
 
 class Acceptor(Role):
     def __init__(self, opts, plan, index: int, generation: int, doorbells, control_name: str,
-                 tcp_sock: socket.socket, http_sock: socket.socket | None) -> None:
+                 tcp_sock: socket.socket, http_sock: socket.socket | None,
+                 https_sock: socket.socket | None = None) -> None:
         super().__init__(opts, plan, plan.acceptor_slot(index), generation, doorbells, control_name)
         self.index = index
         self.title = f"nsqmp acceptor {index}"
         self.tcp_sock = tcp_sock
         self.http_sock = http_sock
+        self.https_sock = https_sock
         self.connections: dict[int, V2Connection] = {}
         self._ok_noted = 0.0
         self.hostname = socket.gethostname()
         self.start_time = int(time.time())
         self.tcp_port = tcp_sock.getsockname()[1]
         self.http_port = http_sock.getsockname()[1] if http_sock is not None else -1
+        self.https_port = https_sock.getsockname()[1] if https_sock is not None else -1
         self._conn_numbers = itertools.count(1)
         self._requests: dict[int, tuple[asyncio.Future, list, int]] = {}
         self._request_ids = itertools.count(1)
@@ -67,7 +70,7 @@ class Acceptor(Role):
     # -- lifecycle --------------------------------------------------------------
     def setup(self) -> None:
         self.tls_context = _tls_context(self.opts)
-        self.tls_required = bool(self.opts.tls_required)
+        self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
         self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())
@@ -78,6 +81,9 @@ class Acceptor(Role):
         self._servers.append(await self.loop.create_server(lambda: V2Connection(self), sock=self.tcp_sock))
         if self.http_sock is not None:
             self._servers.append(await self.loop.create_server(lambda: HttpConnection(self), sock=self.http_sock))
+        if self.https_sock is not None and self.tls_context is not None:
+            self._servers.append(await self.loop.create_server(
+                lambda: HttpConnection(self, secure=True), sock=self.https_sock, ssl=self.tls_context))
 
     def started(self) -> None:
         hello = records.HELLO_A.pack(records.A_HELLO, self.index, self.generation)

@@ -163,7 +163,7 @@ class V2Connection(asyncio.Protocol):
                 handler = COMMANDS.get(params[0])
                 if handler is None:
                     raise FatalClientError(E.E_INVALID, f"invalid command {params[0].decode(errors='replace')}")
-                if self.server.tls_required and not self.tls and params[0] != b"IDENTIFY":
+                if self.server.tls_required and not self.tls and params[0] != b"IDENTIFY":  # true or tcp-https
                     raise FatalClientError(
                         E.E_INVALID, f"cannot {params[0].decode()} in current state (TLS required)")
                 try:

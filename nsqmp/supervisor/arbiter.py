@@ -96,6 +96,9 @@ class Supervisor:
         try:
             self.tcp_socks = bind_group("TCP", opts.tcp_address, opts.acceptors)
             self.http_socks = bind_group("HTTP", opts.http_address, opts.acceptors) if opts.http_address else []
+            # nsqd listens for HTTPS only when it has a certificate
+            tls = bool(opts.tls_cert and opts.tls_key and opts.https_address)
+            self.https_socks = bind_group("HTTPS", opts.https_address, opts.acceptors) if tls else []
         except ListenError as exc:
             raise BootError(str(exc)) from None
         self.plan = mesh.Plan(os.getpid(), opts.acceptors, opts.routers, opts.ring_size)
@@ -111,6 +114,8 @@ class Supervisor:
         log.info("TCP: listening on %s:%d", *self.tcp_socks[0].getsockname()[:2])
         if self.http_socks:
             log.info("HTTP: listening on %s:%d", *self.http_socks[0].getsockname()[:2])
+        if self.https_socks:
+            log.info("HTTPS: listening on %s:%d", *self.https_socks[0].getsockname()[:2])
         self.wakeup_r, self.wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(self.wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
@@ -193,8 +198,9 @@ class Supervisor:
         opts, plan = self.opts, self.plan
         if child.kind == "acceptor":
             http = self.http_socks[child.index] if self.http_socks else None
+            https = self.https_socks[child.index] if self.https_socks else None
             return Acceptor(opts, plan, child.index, child.generation, self.doorbells, self.control_name,
-                            self.tcp_socks[child.index], http)
+                            self.tcp_socks[child.index], http, https)
         if child.kind == "router":
             return Router(opts, plan, child.index, child.generation, self.doorbells, self.control_name)
         return Timer(opts, plan, child.generation, self.doorbells, self.control_name)
@@ -233,7 +239,9 @@ class Supervisor:
             keep.add(self.tcp_socks[child.index].fileno())
             if self.http_socks:
                 keep.add(self.http_socks[child.index].fileno())
-        for s in self.tcp_socks + self.http_socks:
+            if self.https_socks:
+                keep.add(self.https_socks[child.index].fileno())
+        for s in self.tcp_socks + self.http_socks + self.https_socks:
             if s.fileno() not in keep:
                 s.close()
 
@@ -328,7 +336,7 @@ class Supervisor:
         for name in self.shm_names:
             shm.unlink(name)
         self.shm_names = []
-        for s in getattr(self, "tcp_socks", []) + getattr(self, "http_socks", []):
+        for s in getattr(self, "tcp_socks", []) + getattr(self, "http_socks", []) + getattr(self, "https_socks", []):
             s.close()
 
 

@@ -133,3 +133,10 @@ def test_deleting_a_channel_closes_its_consumers(broker):
         c.sock.settimeout(5)
         with pytest.raises((EOFError, ConnectionResetError)):
             c.read_frame()
+
+
+def test_config_reads_options_by_their_file_names(make_broker):
+    b = make_broker("--mem-queue-size", "123", "--lookupd-tcp-address", "127.0.0.1:4160")
+    assert b.http("GET", "/config/mem_queue_size")[:2] == (200, b"123")
+    assert b.http("GET", "/config/nsqlookupd_tcp_addresses")[:2] == (200, b'["127.0.0.1:4160"]')
+    assert b.http("GET", "/config/no_such_option")[:2] == (400, b'{"message":"INVALID_OPTION"}')

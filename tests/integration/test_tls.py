@@ -74,3 +74,36 @@ def test_pynsq_over_tls(make_broker, cert):
     opts = {"tls_v1": True, "tls_options": {"cert_reqs": ssl.CERT_NONE}}
     bodies = [b"t%02d" % i for i in range(50)]
     assert sorted(pynsq_round_trip(b.tcp_address, "tlst", bodies, reader_opts=opts, writer_opts=opts)) == bodies
+
+
+def _https_port(b) -> int:
+    import re
+
+    m = re.search(r"HTTPS: listening on [\d.]+:(\d+)", b.log_text())
+    assert m, b.log_text()
+    return int(m.group(1))
+
+
+def test_https_listener_and_tls_required_http(make_broker, cert):
+    import http.client
+
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--https-address", "127.0.0.1:0",
+                    "--tls-required", "true")
+    port = _https_port(b)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    conn.request("GET", "/ping")
+    resp = conn.getresponse()
+    assert (resp.status, resp.read()) == (200, b"OK")
+    conn.request("POST", "/pub?topic=viahttps", body=b"x")
+    resp = conn.getresponse()
+    assert (resp.status, resp.read()) == (200, b"OK")
+    conn.close()
+    status, body, _ = b.http("GET", "/ping")  # plain HTTP with --tls-required=true
+    assert status == 403 and orjson.loads(body) == {"message": "TLS_REQUIRED", "https_port": port}
+
+
+def test_no_https_listener_without_a_certificate(broker):
+    assert "HTTPS: listening" not in broker.log_text()

@@ -164,7 +164,14 @@ def cmd_bench(argv: list[str]) -> int:
     return tool.main(argv)
 
 
-COMMANDS = {"serve": cmd_serve, "nsqd": cmd_nsqd, "check-config": cmd_check_config, "bench": cmd_bench}
+def cmd_lookupd(argv: list[str]) -> int:
+    from nsqmp.lookupd.cli import cmd_lookupd as run_lookupd
+
+    return run_lookupd(argv)
+
+
+COMMANDS = {"serve": cmd_serve, "nsqd": cmd_nsqd, "check-config": cmd_check_config, "bench": cmd_bench,
+            "lookupd": cmd_lookupd}
 
 
 def main(argv: list[str] | None = None) -> int:

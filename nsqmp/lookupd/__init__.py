@@ -1,0 +1,28 @@
+"""nsqlookupd for nsqmp: the discovery service brokers register with and consumers ask.
+
+One asyncio process on uvloop, no state on disk (everything is rebuilt from the brokers'
+registrations). Modules:
+
+* ``registry`` -- the registration DB: (category, key, subkey) -> producers, tombstones.
+* ``tcp``      -- the TCP protocol V1 brokers speak (IDENTIFY, REGISTER, UNREGISTER, PING).
+* ``http``     -- the HTTP API consumers and admins use (/lookup, /topics, /nodes, ...).
+* ``options``  -- every flag declared once; nsqlookupd's command line in Go flag syntax.
+* ``server``   -- binding, start-up lines, signals and the shutdown sequence.
+* ``cli``      -- ``nsqmp lookupd`` and the ``nsqmp-nsqlookupd`` drop-in.
+* ``bench``    -- a /lookup latency benchmark against a running daemon.
+"""
+
+VERSION = "1.3.0"  # the nsqlookupd version we answer as (/info, IDENTIFY, --version)
+
+
+def version_string() -> str:
+    """``nsqlookupd v1.3.0 (built w/nsqmp 0.1.0, python3.11.9)``: nsqlookupd's format, so
+    tools that parse ``nsqlookupd v<version>`` keep working."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("nsqmp")
+    except PackageNotFoundError:
+        ours = "dev"
+    return f"nsqlookupd v{VERSION} (built w/nsqmp {ours}, python{platform.python_version()})"

@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: nsqmp {serve,check-config,bench} ...\n\n"
               "  serve          run the broker (see `nsqmp serve --help`)\n"
               "  nsqd           run the broker with nsqd's command line (also: nsqmp-nsqd)\n"
+              "  lookupd        run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)\n"
               "  check-config   validate a TOML config file and print the resolved options\n"
               "  bench          writer/reader load generators and the ring benchmark",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)

@@ -34,6 +34,7 @@ import httptools
 
 from nsqmp.lookupd import VERSION
 from nsqmp.lookupd.gojson import dumps
+from nsqmp.lookupd.linger import linger_close
 from nsqmp.lookupd.registry import (
     CHANNEL, CLIENT, TOPIC, Registration, filter_by_active,
 )
@@ -501,9 +502,10 @@ class HttpConnection(asyncio.Protocol):
             parts.append(resp.body)
         transport.write(b"".join(parts))
         if not keep_alive:
-            self.close()
+            self.transport = None
+            linger_close(transport)
 
     def _plain_error(self, status: int) -> None:
-        """What Go's HTTP server itself answers to a request it cannot parse, then close."""
+        """What Go's HTTP server itself answers to a request it cannot parse; then it closes."""
         text = f"{status} {_REASONS[status]}".encode()
         self._write(Response(status, text, _TEXT, v1=False), keep_alive=False)

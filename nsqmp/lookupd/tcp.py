@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from nsqmp.lookupd.gojson import decode_peer_fields, dumps
+from nsqmp.lookupd.linger import linger_close
 from nsqmp.lookupd.registry import (
     CHANNEL, CLIENT_REGISTRATION, TOPIC, PeerInfo, Producer, Registration,
 )
@@ -163,6 +164,12 @@ class LookupConnection(asyncio.Protocol):
             log.error("[%s] - %s", self.remote, err)
             self._close_with(err.wire)
             return
+        except Exception:  # a bug: lose this connection, never the daemon; say nothing inside
+            log.exception("[%s] - command failed", self.remote)
+            self.closing = True
+            if self.transport is not None:
+                linger_close(self.transport)
+            return
         if pos:
             del buf[:pos]
 
@@ -185,7 +192,7 @@ class LookupConnection(asyncio.Protocol):
         self.buf.clear()
         if self.transport is not None:
             self.transport.write(frame(data))
-            self.transport.close()  # after the pending writes
+            linger_close(self.transport)
 
     def close(self) -> None:
         """Close (server shutdown)."""

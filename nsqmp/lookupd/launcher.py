@@ -1,0 +1,113 @@
+"""Start nsqlookupd (ours) as a subprocess and talk to it: tests, the benchmark, examples.
+
+It runs the drop-in (``python -m nsqmp.lookupd``, nsqlookupd's command line) in its own
+process group, on 127.0.0.1 port 0 unless told otherwise, and reads the ports from its
+start-up lines. Callers end only what they started: stop() signals the PID it started,
+kill() its process group.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+LISTEN = re.compile(r"INFO: (TCP|HTTP): listening on (\S+):(\d+)$", re.M)
+
+
+class Lookupd:
+    def __init__(self, *args: str, log_path: Path | None = None) -> None:
+        self.args = list(args)
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="lookupd-", suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+        self.tcp_port = 0
+        self.http_port = 0
+        self._log_start = 0
+
+    def command(self) -> list[str]:
+        base = [sys.executable, "-m", "nsqmp.lookupd"]
+        if not any(a.lstrip("-").startswith("tcp-address") for a in self.args):
+            base.append("-tcp-address=127.0.0.1:0")
+        if not any(a.lstrip("-").startswith("http-address") for a in self.args):
+            base.append("-http-address=127.0.0.1:0")
+        return base + self.args
+
+    def start(self, timeout: float = 20.0) -> "Lookupd":
+        self._log = open(self.log_path, "ab")
+        self._log_start = self._log.tell()
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_text()
+            ports = {kind: int(port) for kind, _host, port in LISTEN.findall(text)}
+            if len(ports) == 2:
+                self.tcp_port, self.http_port = ports["TCP"], ports["HTTP"]
+                return self
+            if self.proc.poll() is not None:
+                self._log.close()
+                raise RuntimeError(f"lookupd exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"lookupd did not start in {timeout}s:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal the process we started and wait; returns its exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        """Abandon it: SIGKILL the process group we created."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self._log.close()
+
+    # -- addresses and HTTP ------------------------------------------------------------------
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+             timeout: float = 10.0) -> tuple[int, bytes, dict[str, str]]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read(), dict(resp.getheaders())
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> dict:
+        """GET a V1 JSON endpoint that must answer 200."""
+        status, body, _ = self.http("GET", path)
+        assert status == 200, (path, status, body)
+        return orjson.loads(body)

@@ -22,9 +22,18 @@ import orjson
 LISTEN = re.compile(r"INFO: (TCP|HTTP): listening on (\S+):(\d+)$", re.M)
 
 
+DROPIN = [sys.executable, "-m", "nsqmp.lookupd"]  # nsqlookupd's command line (nsqmp-nsqlookupd)
+
+
 class Lookupd:
-    def __init__(self, *args: str, log_path: Path | None = None) -> None:
+    """``program`` (default: the drop-in) with ``args``; unless ``port0`` is False, the
+    addresses not given in ``args`` are 127.0.0.1:0."""
+
+    def __init__(self, *args: str, log_path: Path | None = None, program: list[str] | None = None,
+                 port0: bool = True) -> None:
         self.args = list(args)
+        self.program = list(program or DROPIN)
+        self.port0 = port0
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="lookupd-", suffix=".log")[1])
         self.proc: subprocess.Popen | None = None
         self.tcp_port = 0
@@ -32,11 +41,10 @@ class Lookupd:
         self._log_start = 0
 
     def command(self) -> list[str]:
-        base = [sys.executable, "-m", "nsqmp.lookupd"]
-        if not any(a.lstrip("-").startswith("tcp-address") for a in self.args):
-            base.append("-tcp-address=127.0.0.1:0")
-        if not any(a.lstrip("-").startswith("http-address") for a in self.args):
-            base.append("-http-address=127.0.0.1:0")
+        base = list(self.program)
+        for name in ("tcp-address", "http-address"):
+            if self.port0 and not any(a.lstrip("-").startswith(name) for a in self.args):
+                base.append(f"--{name}=127.0.0.1:0")
         return base + self.args
 
     def start(self, timeout: float = 20.0) -> "Lookupd":

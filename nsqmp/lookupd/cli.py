@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import logging
 import sys
+from typing import ClassVar
 
 from nsqmp.lookupd import version_string
 from nsqmp.lookupd.options import (
@@ -26,7 +27,7 @@ class LgFormatter(logging.Formatter):
     """nsqlookupd's lines: ``[nsqlookupd] 2026/11/22 10:00:00.123456 INFO: TCP: listening on
     [::]:4160`` (Go's log.Ldate|Ltime|Lmicroseconds after the prefix, then the lg level)."""
 
-    _NAMES = {"CRITICAL": "FATAL"}  # lg's names: DEBUG INFO WARNING ERROR FATAL
+    _NAMES: ClassVar[dict[str, str]] = {"CRITICAL": "FATAL"}  # lg's names: DEBUG INFO WARNING ERROR FATAL
 
     def __init__(self, prefix: str) -> None:
         super().__init__()

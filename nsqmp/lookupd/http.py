@@ -481,13 +481,14 @@ class HttpConnection(asyncio.Protocol):
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%d %s %s (%s) %.3fms", resp.status, method, bytes(self._url).decode("latin-1"),
                       self.remote, (time.perf_counter() - started) * 1e3)
-        self._write(resp, keep_alive, head_only=method == "HEAD")
+        self._write(resp, keep_alive, head_only=method == "HEAD", http10=self.parser.get_http_version() == "1.0")
 
-    def _write(self, resp: Response, keep_alive: bool, head_only: bool = False) -> None:
+    def _write(self, resp: Response, keep_alive: bool, head_only: bool = False, http10: bool = False) -> None:
         transport = self.transport
         if transport is None:
             return
-        parts = [f"HTTP/1.1 {resp.status} {_REASONS.get(resp.status, 'OK')}\r\n".encode()]
+        version = "HTTP/1.0" if http10 else "HTTP/1.1"  # Go answers in the request's version
+        parts = [f"{version} {resp.status} {_REASONS.get(resp.status, 'OK')}\r\n".encode()]
         if resp.ctype:
             parts.append(b"Content-Type: " + resp.ctype.encode() + b"\r\n")
         if resp.v1:
@@ -497,6 +498,8 @@ class HttpConnection(asyncio.Protocol):
         parts.append(b"Date: " + _Date.get() + b"\r\nContent-Length: " + str(len(resp.body)).encode() + b"\r\n")
         if not keep_alive:
             parts.append(b"Connection: close\r\n")
+        elif http10:
+            parts.append(b"Connection: keep-alive\r\n")
         parts.append(b"\r\n")
         if not head_only:
             parts.append(resp.body)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-LISTEN = re.compile(r"INFO: (TCP|HTTP): listening on (\S+):(\d+)$", re.M)
+LISTEN = re.compile(r"INFO: (TCP|HTTP): listening on (\S+):(\d+)$", re.MULTILINE)
 
 
 DROPIN = [sys.executable, "-m", "nsqmp.lookupd"]  # nsqlookupd's command line (nsqmp-nsqlookupd)
@@ -47,7 +47,7 @@ class Lookupd:
                 base.append(f"--{name}=127.0.0.1:0")
         return base + self.args
 
-    def start(self, timeout: float = 20.0) -> "Lookupd":
+    def start(self, timeout: float = 20.0) -> Lookupd:
         self._log = open(self.log_path, "ab")
         self._log_start = self._log.tell()
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,

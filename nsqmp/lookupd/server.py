@@ -64,14 +64,15 @@ def bind(address: str) -> tuple[socket.socket, str]:
     if not 0 <= port <= 65535:
         raise ListenError(f"listen tcp {address}: invalid port")
     if host in ("", "0.0.0.0", "::") and socket.has_ipv6:
-        candidates = [(socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")]  # dual stack first
+        candidates: list[tuple[socket.AddressFamily, str]] = [
+            (socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")]  # dual stack first
     else:
         try:
             infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             raise ListenError(f"listen tcp {address}: lookup {host}: {exc.strerror}") from None
         infos.sort(key=lambda i: i[0] != socket.AF_INET)  # Go prefers IPv4 for a name
-        candidates = [(infos[0][0], infos[0][4][0])]
+        candidates = [(infos[0][0], str(infos[0][4][0]))]
     last: OSError | None = None
     for family, ip in candidates:
         sock = socket.socket(family, socket.SOCK_STREAM)

@@ -23,7 +23,7 @@ class V1:
         if magic is not None:
             self.sock.sendall(magic)
 
-    def __enter__(self) -> "V1":
+    def __enter__(self) -> V1:
         return self
 
     def __exit__(self, *exc) -> None:

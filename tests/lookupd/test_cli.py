@@ -159,8 +159,8 @@ def test_wildcard_address_is_shown_as_go_shows_it_and_sigint(tmp_path):
                 log_path=tmp_path / "l.log").start()
     try:
         text = d.log_text()
-        assert re.search(rf"^\[lk\] .* INFO: TCP: listening on \[::\]:{d.tcp_port}$", text, re.M), text
-        assert re.search(rf"^\[lk\] .* INFO: HTTP: listening on \[::\]:{d.http_port}$", text, re.M), text
+        assert re.search(rf"^\[lk\] .* INFO: TCP: listening on \[::\]:{d.tcp_port}$", text, re.MULTILINE), text
+        assert re.search(rf"^\[lk\] .* INFO: HTTP: listening on \[::\]:{d.http_port}$", text, re.MULTILINE), text
         assert d.http("GET", "/ping")[0] == 200  # IPv4 reaches the dual-stack socket
         assert "DEBUG: 200 GET /ping" in d.log_text()
         assert d.stop(signal.SIGINT) == 0

@@ -19,7 +19,7 @@ def _drain(sock: socket.socket) -> bytes:
     try:
         while chunk := sock.recv(65536):
             out += chunk
-    except (ConnectionResetError, TimeoutError, socket.timeout):
+    except (ConnectionResetError, TimeoutError):
         pass
     return out
 

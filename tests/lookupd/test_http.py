@@ -57,7 +57,7 @@ def test_lookup_nodes_and_debug_shapes(lookupd):
         producers = sorted(lookup["producers"], key=lambda p: p["tcp_port"])
         assert [list(p) for p in producers] == [["remote_address", "hostname", "broadcast_address", "tcp_port",
                                                  "http_port", "version", "topology_zone", "topology_region"]] * 2
-        local1 = "%s:%d" % b1.sock.getsockname()[:2]
+        local1 = "{}:{}".format(*b1.sock.getsockname()[:2])
         assert producers[0] == {"remote_address": local1, "hostname": "fake-broker", "broadcast_address": "b1",
                                 "tcp_port": 4150, "http_port": 4151, "version": "1.3.0",
                                 "topology_zone": "", "topology_region": ""}
@@ -210,7 +210,10 @@ def test_keep_alive_pipelining_and_http_10(lookupd):
     out = _raw(lookupd.http_port, requests + b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert out.count(b"HTTP/1.1 200 OK") == 51 and out.endswith(b'{"version":"1.3.0"}')
     out = _raw(lookupd.http_port, b"GET /ping HTTP/1.0\r\n\r\nGET /ping HTTP/1.0\r\n\r\n")
-    assert out.count(b"200 OK") == 1 and b"Connection: close" in out  # 1.0 without keep-alive
+    assert out.startswith(b"HTTP/1.0 200 OK") and out.count(b"200 OK") == 1  # 1.0 without keep-alive
+    assert b"Connection: close" in out
+    out = _raw(lookupd.http_port, b"GET /ping HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /ping HTTP/1.0\r\n\r\n")
+    assert out.count(b"HTTP/1.0 200 OK") == 2 and b"Connection: keep-alive" in out
 
 
 def test_bad_requests_and_size_limits(lookupd):

@@ -53,7 +53,7 @@ def test_identify_json_like_go(lookupd):
         assert c.identify_raw(body).startswith(b"{")
         assert c.cmd("REGISTER t") == b"OK"
         (producer,) = lookupd.get("/lookup?topic=t")["producers"]
-        local = "%s:%d" % c.sock.getsockname()[:2]
+        local = "{}:{}".format(*c.sock.getsockname()[:2])
         assert producer == {"remote_address": local, "hostname": "", "broadcast_address": "b1", "tcp_port": 4150,
                             "http_port": 4151, "version": "1.3.0", "topology_zone": "z1", "topology_region": "r1"}
 

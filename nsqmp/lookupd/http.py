@@ -398,6 +398,7 @@ class HttpConnection(asyncio.Protocol):
         self.server = server
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
+        self.done = False  # answered for the last time: nothing more is parsed
         self.remote = "?"
         self._url = bytearray()
         self._header_bytes = 0
@@ -419,21 +420,24 @@ class HttpConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None:
+        if self.transport is not None and not self.done:
             self.transport.resume_reading()
 
     def close(self) -> None:
+        self.done = True
         if self.transport is not None:
             self.transport.close()
-            self.transport = None
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is None:
-            return
+        if self.done:
+            return  # lingering before the close: dropped
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self.close()  # answered already; no protocol switch here
+            # answered already; no protocol switch here, so nothing after it makes sense
+            self.done = True
+            if self.transport is not None:
+                linger_close(self.transport)
         except httptools.HttpParserCallbackError:
             if self._header_bytes > MAX_HEADER_BYTES:
                 self._plain_error(431)
@@ -461,7 +465,7 @@ class HttpConnection(asyncio.Protocol):
             raise _HeadersTooLarge()
 
     def on_message_complete(self) -> None:
-        if self.transport is None:
+        if self.done:
             return
         method = self.parser.get_method().decode("latin-1")
         keep_alive = self.parser.should_keep_alive()
@@ -485,7 +489,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _write(self, resp: Response, keep_alive: bool, head_only: bool = False, http10: bool = False) -> None:
         transport = self.transport
-        if transport is None:
+        if transport is None or self.done:
             return
         version = "HTTP/1.0" if http10 else "HTTP/1.1"  # Go answers in the request's version
         parts = [f"{version} {resp.status} {_REASONS.get(resp.status, 'OK')}\r\n".encode()]
@@ -505,7 +509,7 @@ class HttpConnection(asyncio.Protocol):
             parts.append(resp.body)
         transport.write(b"".join(parts))
         if not keep_alive:
-            self.transport = None
+            self.done = True
             linger_close(transport)
 
     def _plain_error(self, status: int) -> None:

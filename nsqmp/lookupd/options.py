@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from nsqmp.config.options import parse_duration
@@ -56,15 +56,15 @@ FLAGS_BY_NAME = {f.name: f for f in FLAGS}
 
 @dataclass
 class Options:
-    """The resolved options (durations in seconds)."""
+    """The resolved options (durations in seconds); the defaults live in FLAGS only."""
 
-    tcp_address: str = "0.0.0.0:4160"
-    http_address: str = "0.0.0.0:4161"
-    broadcast_address: str = field(default_factory=socket.gethostname)
-    inactive_producer_timeout: float = 300.0
-    tombstone_lifetime: float = 45.0
-    log_level: str = "info"
-    log_prefix: str = "[nsqlookupd] "
+    tcp_address: str
+    http_address: str
+    broadcast_address: str
+    inactive_producer_timeout: float
+    tombstone_lifetime: float
+    log_level: str
+    log_prefix: str
 
 
 class UsageError(Exception):

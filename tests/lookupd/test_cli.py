@@ -192,3 +192,13 @@ def test_nsqmp_lookupd_subcommand(tmp_path):
     finally:
         if d.alive():
             d.kill()
+
+
+def test_console_script_is_installed():
+    import os
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "nsqmp-nsqlookupd")
+    out = subprocess.run([exe, "-version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.startswith("nsqlookupd v1.3.0"), out

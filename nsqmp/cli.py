@@ -2,40 +2,21 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
 import platform
 import sys
 
 from nsqmp.config import ConfigError, build_parser, from_namespace, render_resolved
+from nsqmp.golog import GoLogFormatter
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
            "error": logging.ERROR, "fatal": logging.CRITICAL}
 
 
-class _NsqdFormatter(logging.Formatter):
-    """nsqd's log lines: ``[nsqd] 2026/11/22 10:00:00.123456 INFO: TCP: listening on ...``,
-    so that harnesses written for nsqd can read them."""
-
-    _NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
-
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def format(self, record: logging.LogRecord) -> str:
-        when = datetime.datetime.fromtimestamp(record.created).strftime("%Y/%m/%d %H:%M:%S.%f")
-        level = self._NAMES.get(record.levelname, record.levelname)
-        text = f"{self.prefix}{when} {level}: {record.getMessage()}"
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
-
-
 def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if nsqd_style:
-        handler.setFormatter(_NsqdFormatter(prefix))
+        handler.setFormatter(GoLogFormatter(prefix))
     else:
         handler.setFormatter(logging.Formatter(
             f"{prefix}%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s", "%Y/%m/%d %H:%M:%S"))

@@ -8,11 +8,10 @@ with loopback defaults (127.0.0.1:4160 and 127.0.0.1:4161).
 """
 from __future__ import annotations
 
-import datetime
 import logging
 import sys
-from typing import ClassVar
 
+from nsqmp.golog import GoLogFormatter
 from nsqmp.lookupd import version_string
 from nsqmp.lookupd.options import (
     ConfigFileError, HelpRequested, UsageError, parse_flags, resolve, usage,
@@ -23,29 +22,10 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING
 _OWN_DEFAULTS = {"tcp-address": "127.0.0.1:4160", "http-address": "127.0.0.1:4161"}
 
 
-class LgFormatter(logging.Formatter):
-    """nsqlookupd's lines: ``[nsqlookupd] 2026/11/22 10:00:00.123456 INFO: TCP: listening on
-    [::]:4160`` (Go's log.Ldate|Ltime|Lmicroseconds after the prefix, then the lg level)."""
-
-    _NAMES: ClassVar[dict[str, str]] = {"CRITICAL": "FATAL"}  # lg's names: DEBUG INFO WARNING ERROR FATAL
-
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def format(self, record: logging.LogRecord) -> str:
-        when = datetime.datetime.fromtimestamp(record.created).strftime("%Y/%m/%d %H:%M:%S.%f")
-        level = self._NAMES.get(record.levelname, record.levelname)
-        text = f"{self.prefix}{when} {level}: {record.getMessage()}"
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
-
-
 def _fatal(text: str) -> int:
     """lg.LogFatal: always the "[nsqlookupd] " prefix; exit code 1."""
     record = logging.LogRecord("nsqmp.lookupd", logging.CRITICAL, __file__, 0, text, None, None)
-    print(LgFormatter("[nsqlookupd] ").format(record), file=sys.stderr)
+    print(GoLogFormatter("[nsqlookupd] ").format(record), file=sys.stderr)
     return 1
 
 
@@ -68,7 +48,7 @@ def run(argv: list[str], prog: str = "nsqlookupd", defaults: dict | None = None)
         return _fatal(str(exc))
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(LgFormatter(opts.log_prefix))
+    handler.setFormatter(GoLogFormatter(opts.log_prefix))
     log = logging.getLogger("nsqmp.lookupd")
     log.handlers[:] = [handler]
     log.setLevel(_LEVELS[opts.log_level])

@@ -11,7 +11,7 @@ import time
 
 from nsqmp.client import Connection
 
-_LINE = re.compile(r"^\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} (INFO|WARN|ERROR): (.*)$")
+_LINE = re.compile(r"^\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} (DEBUG|INFO|WARNING|ERROR|FATAL): (.*)$")
 _LISTEN = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
 
 

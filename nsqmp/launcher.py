@@ -15,11 +15,62 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 _LISTEN = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
 
 
-class Broker:
+class Daemon:
+    """What every daemon started here shares: its log, stopping it, its addresses.
+
+    Subclasses set ``proc``, ``log_path``, ``_log``, ``_log_start``, ``tcp_port`` and
+    ``http_port`` in their start().
+    """
+
+    proc: subprocess.Popen | None
+    log_path: Path
+    _log: IO[bytes]
+    _log_start: int
+    tcp_port: int
+    http_port: int
+
+    def log_text(self) -> str:
+        """What the process wrote since this start()."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal the process we started (SIGTERM) and wait; returns its exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        """Abandon it: SIGKILL every process of the group we created."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self._log.close()
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+
+class Broker(Daemon):
     def __init__(self, data_path: Path, *args: str, log_path: Path | None = None) -> None:
         self.data_path = Path(data_path)
         self.args = list(args)
@@ -60,32 +111,6 @@ class Broker:
         self.kill()
         raise RuntimeError(f"broker did not start in {timeout}s:\n{self.log_text()}")
 
-    def log_text(self) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(self._log_start)
-            return f.read().decode(errors="replace")
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait; returns the exit code."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.close()
-
-    def kill(self) -> None:
-        """Abandon the broker: SIGKILL every process of the group we created."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(10)
-        self._log.close()
-
     # -- processes ------------------------------------------------------------------------
     def children(self) -> dict[str, int]:
         """Process title -> PID of the supervisor's children."""
@@ -106,14 +131,6 @@ class Broker:
         return out
 
     # -- addresses and HTTP -----------------------------------------------------------------
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
     def http(self, method: str, path: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[int, bytes, dict]:
         conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
         try:

@@ -8,9 +8,7 @@ kill() its process group.
 from __future__ import annotations
 
 import http.client
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,13 +17,15 @@ from pathlib import Path
 
 import orjson
 
+from nsqmp.launcher import Daemon
+
 LISTEN = re.compile(r"INFO: (TCP|HTTP): listening on (\S+):(\d+)$", re.MULTILINE)
 
 
 DROPIN = [sys.executable, "-m", "nsqmp.lookupd"]  # nsqlookupd's command line (nsqmp-nsqlookupd)
 
 
-class Lookupd:
+class Lookupd(Daemon):
     """``program`` (default: the drop-in) with ``args``; unless ``port0`` is False, the
     addresses not given in ``args`` are 127.0.0.1:0."""
 
@@ -66,44 +66,10 @@ class Lookupd:
         self.kill()
         raise RuntimeError(f"lookupd did not start in {timeout}s:\n{self.log_text()}")
 
-    def log_text(self) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(self._log_start)
-            return f.read().decode(errors="replace")
-
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        """Signal the process we started and wait; returns its exit code."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.close()
-
-    def kill(self) -> None:
-        """Abandon it: SIGKILL the process group we created."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(10)
-        self._log.close()
-
     # -- addresses and HTTP ------------------------------------------------------------------
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
     def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
              timeout: float = 10.0) -> tuple[int, bytes, dict[str, str]]:
         conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)

@@ -231,6 +231,7 @@ class V2Connection(asyncio.Protocol):
         if self.settings.tls:
             # nothing more is read in the clear: the client's next bytes are its ClientHello
             self.sub_pending = True
+            assert self.transport is not None  # IDENTIFY arrived through it
             self.transport.pause_reading()
             self.server.loop.create_task(self._start_tls(bytes(buf[end:])))
             del buf[end:]

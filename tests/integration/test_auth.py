@@ -97,6 +97,13 @@ def test_auth_answers_identity_and_sends_nsqds_query(broker, authd):
     assert q.headers["accept"] == "application/vnd.nsq; version=1.0"
 
 
+def test_secret_with_reserved_characters_arrives_intact(broker, authd):
+    secret = "s p&c=ö+%/?#"
+    authd.grant(secret, [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}], identity="odd")
+    with _conn(broker) as c:
+        assert c.auth(secret.encode())["identity"] == "odd"
+
+
 @pytest.mark.parametrize("setup, data, text", [
     (None, _auth_raw(b""), "E_BAD_BODY AUTH invalid body size 0"),
     (None, _auth_raw(b"x" * (MAX_BODY + 1)), f"E_BAD_BODY AUTH body too big {MAX_BODY + 1} > {MAX_BODY}"),
@@ -273,6 +280,12 @@ def test_post_method_and_url_endpoint(make_broker):
         assert q.headers["accept"] == "application/vnd.nsq; version=1.0"
         # json.Marshal(url.Values): sorted keys, each value an array of strings
         assert q.body == b'{"common_name":[""],"remote_ip":["127.0.0.1"],"secret":["p"],"tls":["false"]}'
+        odd = 'a<b>&"c" ö'
+        a.grant(odd, [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}], identity="odd")
+        with _conn(b) as c:
+            assert c.auth(odd.encode())["identity"] == "odd"
+        assert a.queries[-1].body == (b'{"common_name":[""],"remote_ip":["127.0.0.1"],'
+                                      b'"secret":["a\\u003cb\\u003e\\u0026\\"c\\" \xc3\xb6"],"tls":["false"]}')
     finally:
         a.stop()
 
@@ -377,6 +390,24 @@ def test_https_auth_server_not_trusted_fails(make_broker, pki):
         assert a.queries == []
     finally:
         a.stop()
+
+
+def test_403_with_an_https_port_is_retried_over_https(make_broker, pki):
+    """nsqd's HTTP client follows a 403 {"https_port": N} from a plain endpoint to https on N."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(*pki["server"])
+    secure = AuthServer(ssl_context=server_ctx).start()
+    plain = AuthServer().start()
+    try:
+        secure.grant("s", [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}], identity="via-https")
+        plain.answer("s", 403, {"message": "TLS_REQUIRED", "https_port": secure.port})
+        b = make_broker("--auth-http-address", plain.address, "--tls-root-ca-file", pki["ca"])
+        with _conn(b) as c:
+            assert c.auth("s")["identity"] == "via-https"
+        assert [q.path for q in plain.queries] == ["/auth"] and [q.path for q in secure.queries] == ["/auth"]
+    finally:
+        plain.stop()
+        secure.stop()
 
 
 def _frames(sock, reader: wire.FrameReader, n: int = 1) -> list:

@@ -141,7 +141,8 @@ class V2Connection(asyncio.Protocol):
 
     def _beat(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
-        if time.monotonic() - self.last_read > 2 * interval:
+        # nsqd's read deadline only runs while it reads: not while a command is being served
+        if not self.waiting_for and time.monotonic() - self.last_read > 2 * interval:
             log.info("%s: no command for two heartbeat intervals, closing", self.remote)
             self.close()
             return
@@ -479,6 +480,7 @@ class V2Connection(asyncio.Protocol):
             return
         self.auth_state = state
         self.waiting_for = ""
+        self.last_read = time.monotonic()  # the silence deadline starts again with reading
         if first:
             if not state.authorizations:
                 self.send_error(FatalClientError(E.E_UNAUTHORIZED, "AUTH no authorizations found"))

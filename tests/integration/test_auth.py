@@ -215,6 +215,16 @@ def test_a_slow_auth_server_does_not_hold_up_other_clients(broker, authd):
     slow.close()
 
 
+def test_waiting_for_the_auth_server_is_not_client_silence(broker, authd):
+    """nsqd's read deadline (two heartbeat intervals) does not run while AUTH is being served."""
+    authd.grant("slow-hb", [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}], delay=2.5)
+    with Connection.connect(broker.tcp_address, timeout=10) as c:
+        c.identify(heartbeat_interval=1000)
+        c.send(_auth_raw(b"slow-hb"))
+        assert orjson.loads(c.read_frame().data)["permission_count"] == 1  # heartbeats are skipped
+        c.pub("logs", b"still connected")
+
+
 def test_auth_fields_in_stats(broker):
     with _conn(broker, "good") as c:
         c.sub("orders", "billing")

@@ -58,14 +58,20 @@ class _MallInfo2(ctypes.Structure):
         "keepcost")]
 
 
+_mallinfo2: list = []  # the looked-up function, or None where there is none
+
+
 def _malloc_free() -> int:
     """Bytes free inside glibc malloc's arenas (0 where mallinfo2 is missing)."""
-    try:
-        fn = ctypes.CDLL(None).mallinfo2
-    except (AttributeError, OSError):
-        return 0
-    fn.restype = _MallInfo2
-    return int(fn().fordblks)
+    if not _mallinfo2:
+        try:
+            fn = ctypes.CDLL(None).mallinfo2
+            fn.restype = _MallInfo2
+        except (AttributeError, OSError):
+            fn = None
+        _mallinfo2.append(fn)
+    fn = _mallinfo2[0]
+    return int(fn().fordblks) if fn is not None else 0
 
 
 def sample() -> dict:

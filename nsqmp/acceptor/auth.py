@@ -178,6 +178,7 @@ class AuthClient:
         self.connect_timeout: float = opts.http_client_connect_timeout
         self.request_timeout: float = opts.http_client_request_timeout
         self.root_ca_file: str = opts.tls_root_ca_file
+        self.tls_min_version: str = opts.tls_min_version
         self._ssl: ssl.SSLContext | None = None
 
     @property
@@ -187,10 +188,14 @@ class AuthClient:
     def ssl_context(self) -> ssl.SSLContext:
         """nsqd's client TLS config: the system roots, or only --tls-root-ca-file's CAs."""
         if self._ssl is None:
-            if self.root_ca_file:
-                self._ssl = ssl.create_default_context(cafile=self.root_ca_file)
-            else:
-                self._ssl = ssl.create_default_context()
+            ctx = ssl.create_default_context(cafile=self.root_ca_file or None)
+            versions = {"tls1.0": ssl.TLSVersion.TLSv1, "tls1.1": ssl.TLSVersion.TLSv1_1,
+                        "tls1.2": ssl.TLSVersion.TLSv1_2, "tls1.3": ssl.TLSVersion.TLSv1_3}
+            try:  # nsqd's client config has MinVersion: --tls-min-version
+                ctx.minimum_version = max(ctx.minimum_version, versions.get(self.tls_min_version, ctx.minimum_version))
+            except ValueError:  # an OpenSSL floor above the asked version stays
+                pass
+            self._ssl = ctx
         return self._ssl
 
     async def query(self, remote_ip: str, tls: bool, common_name: str, secret: bytes,

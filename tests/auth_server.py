@@ -31,6 +31,8 @@ class AuthServer:
         self.ssl_context = ssl_context
         self.answers: dict[str, tuple[int, bytes, float]] = {}
         self.queries: list[Query] = []
+        self.redirects: dict[str, tuple[int, str]] = {}  # path -> (status, Location without the query)
+        self.redirected: list[tuple[str, str]] = []  # (method, path) of each request answered by a redirect
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -73,17 +75,34 @@ class AuthServer:
 
             def do_GET(self) -> None:
                 q = urlsplit(self.path)
+                if self._redirect("GET", q.path, q.query):
+                    return
                 fields = {k: v[0] for k, v in parse_qs(q.query, keep_blank_values=True).items()}
                 self._answer(Query("GET", q.path, fields, self._headers(), b""))
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self._redirect("POST", urlsplit(self.path).path, ""):
+                    return
                 try:
                     data = orjson.loads(body)
                     fields = {k: v[0] for k, v in data.items()}
                 except (orjson.JSONDecodeError, AttributeError, IndexError, TypeError):
                     fields = {}
                 self._answer(Query("POST", urlsplit(self.path).path, fields, self._headers(), body))
+
+            def _redirect(self, method: str, path: str, query: str) -> bool:
+                with server._lock:
+                    target = server.redirects.get(path)
+                    if target is None:
+                        return False
+                    server.redirected.append((method, path))
+                status, location = target
+                self.send_response(status)
+                self.send_header("Location", location + (f"?{query}" if query else ""))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
 
             def _headers(self) -> dict[str, str]:
                 return {k.lower(): v for k, v in self.headers.items()}

@@ -9,9 +9,9 @@ The contract is nsqd 1.3.0's (internal/auth, nsqd/client_v2.go):
   (Go's url.Values: keys sorted, query-escaped) or, with
   ``--auth-http-request-method=post``, a POST of the same fields as a JSON object of
   string arrays (``{"common_name":[""],"remote_ip":["127.0.0.1"],...}``). Both carry
-  ``Accept: application/vnd.nsq; version=1.0``. A 403 to a plain-http endpoint whose
-  body names an ``https_port`` is retried once over https on that port (nsqd's client
-  does the same).
+  ``Accept: application/vnd.nsq; version=1.0``. Redirects are followed as Go's client
+  follows them, and a 403 to a plain-http endpoint whose body names an ``https_port``
+  is retried once over https on that port (nsqd's client does the same).
 - Response: 200 and JSON ``{"ttl": s, "identity": .., "identity_url": ..,
   "authorizations": [{"topic": re, "channels": [re, ..], "permissions": [..]}]}``.
   Anything else, an unknown permission, a regex that does not compile or ttl <= 0 is a
@@ -31,7 +31,7 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import httptools
 import orjson
@@ -39,6 +39,7 @@ import orjson
 ACCEPT = "application/vnd.nsq; version=1.0"
 _PERMISSIONS = ("subscribe", "publish")
 _MAX_RESPONSE = 1 << 20  # an auth answer is a few hundred bytes; bound what we hold
+_REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class AuthFailed(Exception):
@@ -151,10 +152,14 @@ class _Response:
         self.too_big = False
         self.headers_done = False
         self.length: int | None = None
+        self.location = ""
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-length" and value.strip().isdigit():
+        name = name.lower()
+        if name == b"content-length" and value.strip().isdigit():
             self.length = int(value)
+        elif name == b"location":
+            self.location = value.decode("latin-1").strip()
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
@@ -208,13 +213,37 @@ class AuthClient:
         for i in range(n):
             address = self.addresses[(start + i) % n]
             try:
-                body = await asyncio.wait_for(self._exchange(endpoint(address), fields), self.request_timeout)
+                if self.method == "post":
+                    request = self._exchange("POST", endpoint(address), post_body(fields))
+                else:
+                    # nsqd appends the query to the endpoint as given, even one with a query of its own
+                    request = self._exchange("GET", f"{endpoint(address)}?{urlencode(fields)}", b"")
+                body = await asyncio.wait_for(request, self.request_timeout)
                 return parse_state(body, now)
             except (AuthFailed, OSError, asyncio.TimeoutError, ssl.SSLError, httptools.HttpParserError) as exc:
                 errors.append(f"failed to auth against {address} - {exc or type(exc).__name__}")
         raise AuthFailed("; ".join(errors))
 
-    async def _exchange(self, url: str, fields: dict[str, str | bytes], retried: bool = False) -> bytes:
+    async def _exchange(self, method: str, url: str, body: bytes, retried: bool = False, hops: int = 0) -> bytes:
+        """One query, with what Go's client does on the way: it follows redirects (at most
+        10; 301/302/303 go on as a GET without the body) and nsqd's client retries a 403
+        that names an https_port once over https."""
+        status, location, got = await self._round_trip(method, url, body)
+        if status in _REDIRECTS and location:
+            if hops >= 10:
+                raise AuthFailed("stopped after 10 redirects")
+            if status in (301, 302, 303):
+                method, body = "GET", b""
+            return await self._exchange(method, urljoin(url, location), body, retried, hops + 1)
+        if status == 403 and not url.startswith("https") and not retried:
+            https = _https_endpoint(url, bytes(got.body))
+            if https is not None:
+                return await self._exchange(method, https, body, True, hops)
+        if status != 200:
+            raise AuthFailed(f"got response {status} {bytes(got.body[:200])!r}")
+        return bytes(got.body)
+
+    async def _round_trip(self, method: str, url: str, body: bytes) -> tuple[int, str, _Response]:
         parts = urlsplit(url)
         secure = parts.scheme == "https"
         host = parts.hostname or ""
@@ -222,14 +251,9 @@ class AuthClient:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
-        if self.method == "post":
-            body = post_body(fields)
-            head = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: {ACCEPT}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n")
-        else:
-            body = b""
-            # nsqd appends the query to the endpoint as given, even one with a query of its own
-            head = f"GET {path}?{urlencode(fields)} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: {ACCEPT}\r\n"
+        head = f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: {ACCEPT}\r\n"
+        if method == "POST":
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         request = (head + "User-Agent: nsqmp\r\nConnection: close\r\n\r\n").encode("latin-1") + body
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=self.ssl_context() if secure else None,
@@ -252,13 +276,7 @@ class AuthClient:
             writer.close()
         if got.too_big:
             raise AuthFailed("response too big")
-        if status == 403 and not secure and not retried:
-            https = _https_endpoint(url, bytes(got.body))
-            if https is not None:
-                return await self._exchange(https, fields, retried=True)
-        if status != 200:
-            raise AuthFailed(f"got response {status} {bytes(got.body[:200])!r}")
-        return bytes(got.body)
+        return status, got.location, got
 
 
 def _https_endpoint(url: str, body: bytes) -> str | None:

@@ -300,6 +300,44 @@ def test_post_method_and_url_endpoint(make_broker):
         a.stop()
 
 
+def test_redirects_are_followed_as_gos_client_does(make_broker):
+    a = AuthServer().start()
+    try:
+        a.grant("r", [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}], identity="moved")
+        a.redirects["/auth"] = (302, "/auth-v2")
+        a.redirects["/auth-v2"] = (307, f"http://127.0.0.1:{a.port}/auth-v3")
+        b = make_broker("--auth-http-address", a.address)
+        with _conn(b, "r") as c:
+            c.pub("t", b"x")
+        assert a.redirected == [("GET", "/auth"), ("GET", "/auth-v2")]
+        assert [(q.method, q.path) for q in a.queries] == [("GET", "/auth-v3")]
+        # POST: 307 keeps the method and body, 303 goes on as a GET without them
+        a.redirected.clear()
+        a.queries.clear()
+        a.redirects["/post"] = (307, "/post-2")
+        b = make_broker("--auth-http-address", a.url("/post"), "--auth-http-request-method", "post")
+        with _conn(b, "r") as c:
+            c.pub("t", b"y")
+        assert [(q.method, q.path, q.fields["secret"]) for q in a.queries] == [("POST", "/post-2", "r")]
+        a.redirects["/post-2"] = (303, "/after-303")
+        with _conn(b) as c:
+            _assert_fatal(c, _auth_raw(b"r"), "E_AUTH_FAILED AUTH failed")  # the GET has no secret: 403
+        assert (a.queries[-1].method, a.queries[-1].path, a.queries[-1].fields) == ("GET", "/after-303", {})
+    finally:
+        a.stop()
+
+
+def test_a_redirect_loop_fails(make_broker):
+    a = AuthServer().start()
+    try:
+        a.redirects["/auth"] = (302, "/auth")
+        b = make_broker("--auth-http-address", a.address)
+        _assert_fatal(_conn(b), _auth_raw(b"r"), "E_AUTH_FAILED AUTH failed")
+        assert len(a.redirected) == 11  # the first request and 10 redirects, as Go's client
+    finally:
+        a.stop()
+
+
 def test_fail_over_to_the_next_server(make_broker):
     a = AuthServer().start()
     try:

@@ -19,6 +19,7 @@ import pytest
 from nsqmp.client import Connection, wire
 from tests.auth_server import AuthServer, dead_address
 from tests.harness import Broker
+from tests.integration.test_tls import _frames
 
 I32 = struct.Struct(">i")
 MAX_BODY = 4096
@@ -456,16 +457,6 @@ def test_403_with_an_https_port_is_retried_over_https(make_broker, pki):
     finally:
         plain.stop()
         secure.stop()
-
-
-def _frames(sock, reader: wire.FrameReader, n: int = 1) -> list:
-    got: list = []
-    while len(got) < n:
-        data = sock.recv(65536)
-        if not data:
-            raise EOFError
-        got += reader.feed(data)
-    return got
 
 
 # -- pynsq ---------------------------------------------------------------------------------

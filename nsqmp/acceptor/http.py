@@ -15,8 +15,8 @@ import orjson
 
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
-from nsqmp.protocol.errors import ClientError
 from nsqmp.protocol.names import is_valid_name
+from nsqmp.protocol.parser import split_mpub
 
 log = logging.getLogger("nsqmp.acceptor")
 
@@ -221,12 +221,10 @@ async def h_mpub(server, req: Request):
     topic = _topic(req)
     binary = req.query.get("binary", "false") not in ("false", "0")
     if binary:
-        from nsqmp.acceptor.tcp import parse_mpub
-
-        try:
-            bodies = parse_mpub(req.body, opts.max_msg_size, opts.max_body_size)
-        except ClientError as err:
-            raise HttpError(413, err.code[2:]) from None
+        split, bad = split_mpub(req.body, 0, len(req.body), opts.max_msg_size, opts.max_body_size)
+        if split is None:
+            raise HttpError(413, bad[0][2:])  # E_BAD_BODY -> BAD_BODY, as nsqd's /mpub
+        bodies = split
     else:
         bodies = [line for line in req.body.split(b"\n") if line]
         for line in bodies:

@@ -180,8 +180,10 @@ def _mpub_walk(buf: Buffer, start: int, length: int, max_msg_size: int, max_body
                ) -> tuple[bytes | bytearray, list[tuple[int, int]] | None, ClientErrorText | None]:
     """Validate the MPUB body buf[start:start+length]: (data, [(offset, size)], None) or the error."""
     start, length = start.__index__(), length.__index__()
-    if start < 0 or length < 0:
-        raise ValueError("start and length must be >= 0")
+    if start < 0:
+        raise ValueError("start must be >= 0")
+    if length < 0:
+        raise ValueError("length must be >= 0")
     max_msg = _limit_arg(max_msg_size, "max_msg_size")
     max_body = _limit_arg(max_body_size, "max_body_size")
     data = _bytes(buf)

@@ -46,6 +46,10 @@ class Request:
         self.keep_alive = keep_alive
 
 
+_GO_BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                   b"Connection: close\r\n\r\n400 Bad Request")
+
+
 class HttpConnection(asyncio.Protocol):
     def __init__(self, server, secure: bool = False) -> None:
         self.server = server
@@ -68,7 +72,11 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._write_raw(400, b"", _TEXT, False)
         except httptools.HttpParserError:
-            self._write_raw(400, b"Bad Request", _TEXT, False)
+            # what Go's net/http writes for a request it cannot parse (nsqd adds nothing)
+            if self.transport is not None:
+                self.transport.write(_GO_BAD_REQUEST)
+                self.transport.close()
+                self.transport = None
 
     def connection_lost(self, exc) -> None:
         self.transport = None

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 import zlib
 from collections.abc import Callable
@@ -68,6 +70,9 @@ class V2Connection(asyncio.Protocol):
         self._bad_body: tuple[str, str] | None = None
         # set by a handler that changed how the rest of the buffer reads (compression)
         self._rescan = False
+        # the client shut its side: a command cut short gets nsqd's "failed to read" error
+        self._eof = False
+        self._pending_at = 0  # where the line of a command waiting for its body starts
         # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
         self._encode: Callable[[bytes], bytes] | None = None
         self._decode: Callable[[bytes], bytes] | None = None
@@ -94,6 +99,14 @@ class V2Connection(asyncio.Protocol):
         self.buf += data
         self.last_read = time.monotonic()
         self._process()
+
+    def eof_received(self) -> bool | None:
+        """The client shut its side (nsqd's reads fail with EOF): a command whose body was cut
+        short gets nsqd's error before the close; a partial command line just closes."""
+        if not self.closed and self.magic_ok and not self.sub_pending:
+            self._eof = True
+            self._process()
+        return None  # close our side too
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -169,6 +182,8 @@ class V2Connection(asyncio.Protocol):
                         raise FatalClientError(E.E_INVALID, f"cannot {_s(token)} in current state (TLS required)")
                     if body_off == BODY_INVALID:
                         self._bad_body = bad_body
+                    elif body_off == BODY_PENDING:
+                        self._pending_at = next_pos
                     try:
                         handler(self, params, body_off, body_len)
                     except NeedMore:
@@ -201,19 +216,27 @@ class V2Connection(asyncio.Protocol):
         if pos:
             del buf[:pos]
 
-    def _body(self, body_off: int, body_len: int) -> bytes:
+    def _body(self, params, body_off: int, body_len: int) -> bytes:
         """The body of the command being handled; NeedMore until it is all here."""
-        self._body_ready(body_off)
+        self._body_ready(params, body_off, body_len)
         return bytes(self.buf[body_off:body_off + body_len])
 
-    def _body_ready(self, body_off: int) -> None:
+    def _body_ready(self, params, body_off: int, body_len: int) -> None:
         """Called once the command's own checks passed, as nsqd reads the body only then."""
         if body_off >= 0:
             return
-        if body_off == BODY_PENDING:
+        if body_off == BODY_INVALID:
+            assert self._bad_body is not None
+            raise FatalClientError(*self._bad_body)
+        if not self._eof:
             raise NeedMore
-        assert body_off == BODY_INVALID and self._bad_body is not None
-        raise FatalClientError(*self._bad_body)
+        code, size_text, body_text = _CUT_SHORT[params[0]]
+        raise FatalClientError(code, size_text if body_len < 0 else body_text)
+
+    def _body_so_far(self) -> tuple[int, int]:
+        """Offset and size of what arrived of the pending command's body."""
+        start = self.buf.index(b"\n", self._pending_at) + 5
+        return start, len(self.buf) - start
 
     # -- commands --------------------------------------------------------------
     def cmd_nop(self, params, body_off, body_len) -> None:
@@ -222,7 +245,7 @@ class V2Connection(asyncio.Protocol):
     def cmd_identify(self, params, body_off, body_len) -> None:
         if self.state != STATE_INIT:
             raise FatalClientError(E.E_INVALID, "cannot IDENTIFY in current state")
-        body = self._body(body_off, body_len)
+        body = self._body(params, body_off, body_len)
         buf, end = self.buf, body_off + body_len
         try:
             data = orjson.loads(body)
@@ -232,6 +255,9 @@ class V2Connection(asyncio.Protocol):
             negotiate(data, self.opts, self.settings)
         except IdentifyError as exc:
             raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY {exc}") from None
+        if not self.settings.feature_negotiation:
+            # nsqd answers OK at once: without feature negotiation nothing is upgraded
+            self.settings.tls = self.settings.snappy = self.settings.deflate = False
         if self.settings.snappy and self.settings.deflate:
             raise FatalClientError(E.E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
         if self._heartbeat is not None:
@@ -259,6 +285,13 @@ class V2Connection(asyncio.Protocol):
             log.info("%s: sent data before the TLS handshake, closing", self.remote)
             self.close()
             return
+        head = await self._peek_record_header()
+        if head is not None and not _looks_like_tls(head):
+            # Go's crypto/tls gives up on the record header; nsqd sends its error in the clear
+            log.info("%s: not a TLS handshake: %r", self.remote, head)
+            self.send_error(FatalClientError(
+                E.E_IDENTIFY_FAILED, "IDENTIFY failed tls: first record does not look like a TLS handshake"))
+            return
         try:
             self.transport = await self.server.loop.start_tls(
                 self.transport, self, self.server.tls_context, server_side=True, ssl_handshake_timeout=5.0)
@@ -274,6 +307,30 @@ class V2Connection(asyncio.Protocol):
             self._upgrade(self.buf, len(self.buf))
         self.sub_pending = False
         self._process()
+
+    async def _peek_record_header(self) -> bytes | None:
+        """The first 5 bytes the client sends for the handshake (a TLS record header), read
+        with MSG_PEEK so that the TLS layer still gets them; None if they do not come."""
+        raw = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if raw is None:
+            return None
+        peek = socket.socket(fileno=os.dup(raw.fileno()))
+        try:
+            for _ in range(500):  # nsqd's 5 s handshake deadline
+                try:
+                    head = peek.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    head = b"?"
+                except OSError:
+                    return None
+                if len(head) >= 5:
+                    return head
+                if not head or self.closed:
+                    return None
+                await asyncio.sleep(0.01)
+            return None
+        finally:
+            peek.close()
 
     def _upgrade(self, buf: bytearray, end: int) -> None:
         """Switch the stream to snappy (framing format) or raw deflate, as nsqd does right
@@ -300,7 +357,7 @@ class V2Connection(asyncio.Protocol):
         topic = params[1]
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"PUB topic name {_q(topic)} is not valid")
-        body = self._body(body_off, body_len)
+        body = self._body(params, body_off, body_len)
         self._publish(topic, [body], E.E_PUB_FAILED, "PUB")
 
     def cmd_mpub(self, params, body_off, body_len) -> None:
@@ -309,7 +366,10 @@ class V2Connection(asyncio.Protocol):
         topic = params[1]
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"E_BAD_TOPIC MPUB topic name {_q(topic)} is not valid")
-        self._body_ready(body_off)
+        if body_off == BODY_PENDING and self._eof and body_len >= 0:
+            # nsqd reads the messages from the stream: those complete before the end still count
+            body_off, body_len = self._body_so_far()
+        self._body_ready(params, body_off, body_len)
         # split straight out of the read buffer: no copy of the whole body first
         bodies, bad = split_mpub(self.buf, body_off, body_len, self.opts.max_msg_size, self.opts.max_body_size)
         if bodies is None:
@@ -329,7 +389,7 @@ class V2Connection(asyncio.Protocol):
         max_ms = int(self.opts.max_req_timeout * 1000)
         if defer_ms > max_ms:
             raise FatalClientError(E.E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
-        body = self._body(body_off, body_len)
+        body = self._body(params, body_off, body_len)
         self._publish(topic, [body], E.E_DPUB_FAILED, "DPUB", defer_ms)
 
     def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str, defer_ms: int = 0) -> None:
@@ -438,6 +498,23 @@ class V2Connection(asyncio.Protocol):
         self.state = STATE_CLOSING
         self.server.endpoint.send(self.router, records.CONN.pack(records.CLS, self.conn))
         self.write(CLOSE_WAIT_FRAME)
+
+
+# the errors nsqd gives when the stream ends inside a body: (code, size cut, body cut)
+_CUT_SHORT = {
+    b"IDENTIFY": (E.E_BAD_BODY, "IDENTIFY failed to read body size", "IDENTIFY failed to read body"),
+    b"AUTH": (E.E_BAD_BODY, "AUTH failed to read body size", "AUTH failed to read body"),
+    b"PUB": (E.E_BAD_MESSAGE, "PUB failed to read message body size", "PUB failed to read message body"),
+    b"DPUB": (E.E_BAD_MESSAGE, "DPUB failed to read message body size", "DPUB failed to read message body"),
+    b"MPUB": (E.E_BAD_BODY, "MPUB failed to read body size", "MPUB failed to read message count"),
+}
+
+
+def _looks_like_tls(head: bytes) -> bool:
+    """Go's crypto/tls check of a client's first record header: an alert or a handshake of a
+    version below 16.0 (an SSLv2 hello, 0x80, gets its own error there and here a failed
+    handshake)."""
+    return head[0] == 0x80 or (head[0] in (0x15, 0x16) and (head[1] << 8 | head[2]) < 0x1000)
 
 
 def _s(raw: bytes) -> str:

@@ -169,16 +169,19 @@ class V2Connection(asyncio.Protocol):
             del buf[:4]
         pos = 0
         scan = self.server.parser.scan
+        commands_get = COMMANDS.get
         try:
             while not self.closed and not self.sub_pending:
                 commands, _end, status, bad_body = scan(buf, pos)
                 stopped = False
+                # only IDENTIFY (which ends the batch when it upgrades) changes self.tls
+                tls_gate = bool(self.server.tls_required) and not self.tls  # true or tcp-https
                 for params, body_off, body_len, next_pos in commands:
                     token = params[0]
-                    handler = COMMANDS.get(token)
+                    handler = commands_get(token)
                     if handler is None:
                         raise FatalClientError(E.E_INVALID, f"invalid command {_s(token)}")
-                    if self.server.tls_required and not self.tls and token != b"IDENTIFY":  # true or tcp-https
+                    if tls_gate and token != b"IDENTIFY":
                         raise FatalClientError(E.E_INVALID, f"cannot {_s(token)} in current state (TLS required)")
                     if body_off == BODY_INVALID:
                         self._bad_body = bad_body
@@ -219,7 +222,8 @@ class V2Connection(asyncio.Protocol):
     def _body(self, params, body_off: int, body_len: int) -> bytes:
         """The body of the command being handled; NeedMore until it is all here."""
         self._body_ready(params, body_off, body_len)
-        return bytes(self.buf[body_off:body_off + body_len])
+        with memoryview(self.buf) as view:  # one copy, and the buffer is free to resize after
+            return bytes(view[body_off:body_off + body_len])
 
     def _body_ready(self, params, body_off: int, body_len: int) -> None:
         """Called once the command's own checks passed, as nsqd reads the body only then."""

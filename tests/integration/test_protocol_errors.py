@@ -45,7 +45,7 @@ def broker(tmp_path_factory):
                    check=True, capture_output=True)
     b = Broker(tmp / "data", "--acceptors", "2", "--routers", "2",
                "--max-msg-size", str(MAX_MSG), "--max-body-size", str(MAX_BODY),
-               "--tls-cert", str(crt), "--tls-key", str(key)).start()
+               "--tls-cert", str(crt), "--tls-key", str(key), "--https-address", "127.0.0.1:0").start()
     yield b
     if b.proc is not None and b.proc.poll() is None:
         assert b.stop() == 0, b.log_text()[-4000:]

@@ -36,6 +36,7 @@ from nsqmp.protocol.parser import (
 log = logging.getLogger("nsqmp.acceptor")
 
 STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
+Params = tuple[bytes, ...]  # a command line split on single spaces; [0] is the token
 
 
 class NeedMore(Exception):
@@ -219,13 +220,13 @@ class V2Connection(asyncio.Protocol):
         if pos:
             del buf[:pos]
 
-    def _body(self, params, body_off: int, body_len: int) -> bytes:
+    def _body(self, params: Params, body_off: int, body_len: int) -> bytes:
         """The body of the command being handled; NeedMore until it is all here."""
         self._body_ready(params, body_off, body_len)
         with memoryview(self.buf) as view:  # one copy, and the buffer is free to resize after
             return bytes(view[body_off:body_off + body_len])
 
-    def _body_ready(self, params, body_off: int, body_len: int) -> None:
+    def _body_ready(self, params: Params, body_off: int, body_len: int) -> None:
         """Called once the command's own checks passed, as nsqd reads the body only then."""
         if body_off >= 0:
             return
@@ -243,10 +244,10 @@ class V2Connection(asyncio.Protocol):
         return start, len(self.buf) - start
 
     # -- commands --------------------------------------------------------------
-    def cmd_nop(self, params, body_off, body_len) -> None:
+    def cmd_nop(self, params: Params, body_off: int, body_len: int) -> None:
         pass
 
-    def cmd_identify(self, params, body_off, body_len) -> None:
+    def cmd_identify(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:
             raise FatalClientError(E.E_INVALID, "cannot IDENTIFY in current state")
         body = self._body(params, body_off, body_len)
@@ -355,7 +356,7 @@ class V2Connection(asyncio.Protocol):
             buf += self._decode(rest)
         self.write(OK_FRAME)
 
-    def cmd_pub(self, params, body_off, body_len) -> None:
+    def cmd_pub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 2:
             raise FatalClientError(E.E_INVALID, "PUB insufficient number of parameters")
         topic = params[1]
@@ -364,7 +365,7 @@ class V2Connection(asyncio.Protocol):
         body = self._body(params, body_off, body_len)
         self._publish(topic, [body], E.E_PUB_FAILED, "PUB")
 
-    def cmd_mpub(self, params, body_off, body_len) -> None:
+    def cmd_mpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 2:
             raise FatalClientError(E.E_INVALID, "MPUB insufficient number of parameters")
         topic = params[1]
@@ -380,7 +381,7 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(*bad)
         self._publish(topic, bodies, E.E_MPUB_FAILED, "MPUB")
 
-    def cmd_dpub(self, params, body_off, body_len) -> None:
+    def cmd_dpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 3:
             raise FatalClientError(E.E_INVALID, "DPUB insufficient number of parameters")
         topic = params[1]
@@ -409,7 +410,7 @@ class V2Connection(asyncio.Protocol):
         self.write(OK_FRAME)
         self.server.apply_backpressure(self)
 
-    def cmd_sub(self, params, body_off, body_len) -> None:
+    def cmd_sub(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:
             raise FatalClientError(E.E_INVALID, "cannot SUB in current state")
         if self.settings.heartbeat_interval_ms <= 0:
@@ -452,7 +453,7 @@ class V2Connection(asyncio.Protocol):
         if self.state == STATE_CLOSING:
             ep.send(self.router, records.CONN.pack(records.CLS, self.conn))
 
-    def cmd_rdy(self, params, body_off, body_len) -> None:
+    def cmd_rdy(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state == STATE_CLOSING:
             return
         if self.state != STATE_SUBSCRIBED:
@@ -468,7 +469,7 @@ class V2Connection(asyncio.Protocol):
         self.rdy = count
         self.server.endpoint.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
 
-    def cmd_fin(self, params, body_off, body_len) -> None:
+    def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "FIN", 2)
         self.server.endpoint.send(self.router, records.CONN_ID.pack(records.FIN, self.conn, msg_id))
 
@@ -483,7 +484,7 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(E.E_INVALID, "Invalid Message ID")
         return msg_id
 
-    def cmd_req(self, params, body_off, body_len) -> None:
+    def cmd_req(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "REQ", 3)
         raw = params[2]
         if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
@@ -492,11 +493,11 @@ class V2Connection(asyncio.Protocol):
         delay = min(int(raw or b"0"), int(self.opts.max_req_timeout * 1000))
         self.server.endpoint.send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
 
-    def cmd_touch(self, params, body_off, body_len) -> None:
+    def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "TOUCH", 2)
         self.server.endpoint.send(self.router, records.CONN_ID.pack(records.TOUCH, self.conn, msg_id))
 
-    def cmd_cls(self, params, body_off, body_len) -> None:
+    def cmd_cls(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_SUBSCRIBED:
             raise FatalClientError(E.E_INVALID, "cannot CLS in current state")
         self.state = STATE_CLOSING

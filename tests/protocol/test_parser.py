@@ -365,3 +365,46 @@ def test_near_valid_streams_agree_chunk_by_chunk(s, max_commands, max_line):
     whole = b"".join(chunks)
     _, (taken_whole, _, ending_whole, _) = both(feed, (max_msg, max_body, max_line), [whole], max_commands)
     assert (taken, ending) == (taken_whole, ending_whole)
+
+
+# -- MPUB bodies: valid ones come out as they went in, near-valid ones get the same error -------------
+
+@st.composite
+def mpub_case(draw, valid: bool):
+    max_msg = draw(st.integers(1, 40))
+    max_body = draw(st.integers(9, 400))
+    limit = min(max_msg, 30)
+    max_count = min((max_body - 4) // 5, 12)
+    messages = draw(st.lists(st.binary(min_size=1, max_size=limit), min_size=1, max_size=max_count))
+    sizes = [len(m) for m in messages]
+    count = len(messages)
+    if not valid:
+        count = draw(st.one_of(st.just(count), st.integers(-3, count + 3), st.just(2 ** 31 - 1)))
+        sizes = [draw(st.one_of(st.just(n), st.integers(-2, max_msg + 2))) for n in sizes]
+    body = I32.pack(count) + b"".join(I32.pack(n) + m for n, m in zip(sizes, messages))
+    if not valid:
+        body = body[:draw(st.integers(0, len(body)))]
+    prefix = draw(st.binary(max_size=8))
+    trailing = draw(st.binary(max_size=8))
+    return prefix + body + trailing, len(prefix), len(body), max_msg, max_body, messages
+
+
+@FUZZ
+@given(case=mpub_case(valid=True))
+def test_a_valid_mpub_body_comes_out_as_it_went_in(case):
+    buf, start, length, max_msg, max_body, messages = case
+    assert both(lambda impl: impl.split_mpub(buf, start, length, max_msg, max_body)) == ("ok", (messages, None))
+    kind, (spans, error) = both(lambda impl: impl.mpub_spans(buf, start, length, max_msg, max_body))
+    assert error is None
+    assert [buf[o:o + n] for o, n in struct.iter_unpack("<II", spans)] == messages
+
+
+@FUZZ
+@given(case=mpub_case(valid=False))
+def test_near_valid_mpub_bodies_agree(case):
+    buf, start, length, max_msg, max_body, messages = case
+    kind, (bodies, error) = both(lambda impl: impl.split_mpub(buf, start, length, max_msg, max_body))
+    assert kind == "ok" and (bodies is None) != (error is None)
+    assert both(lambda impl: impl.mpub_spans(buf, start, length, max_msg, max_body))[1][1] == error
+    if error is not None:
+        assert error[0] in ("E_BAD_BODY", "E_BAD_MESSAGE") and error[1].startswith("MPUB ")

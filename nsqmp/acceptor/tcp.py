@@ -325,12 +325,12 @@ class V2Connection(asyncio.Protocol):
                 try:
                     head = peek.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
                 except BlockingIOError:
-                    head = b"?"
+                    head = None  # nothing yet
                 except OSError:
                     return None
-                if len(head) >= 5:
-                    return head
-                if not head or self.closed:
+                if head is not None and (len(head) >= 5 or not head):
+                    return head or None  # the header, or None at EOF
+                if self.closed:
                     return None
                 await asyncio.sleep(0.01)
             return None

@@ -281,6 +281,9 @@ BAD_INPUT = [
           "E_BAD_MESSAGE MPUB failed to read message(1) body size", eof=True),
     fatal("MPUB body cut by EOF", b"MPUB errs\n" + I32.pack(100) + I32.pack(1) + I32.pack(10) + b"abc",
           "E_BAD_MESSAGE MPUB failed to read message body", eof=True),
+    # nsqd reads an MPUB's messages from the stream: all there before the end is a publish
+    Case("MPUB size bigger than its messages, then EOF", "magic",
+         b"MPUB errs\n" + I32.pack(100) + _mpub_payload(b"one", b"two"), [OK], closed=True, eof=True),
     # -- RDY
     fatal("RDY before SUB", b"RDY 1\n", "E_INVALID cannot RDY in current state"),
     fatal("RDY out of range", b"RDY %d\n" % (MAX_RDY + 1), f"E_INVALID RDY count {MAX_RDY + 1} out of range 0-{MAX_RDY}",

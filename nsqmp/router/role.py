@@ -15,6 +15,7 @@ from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import message_frame
 from nsqmp.router.channel import Channel, Consumer, Deferred, InFlight, Message
+from nsqmp.router.lookup import LookupLink
 from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
 
@@ -38,6 +39,9 @@ class Router(Role):
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
         self.max_chunk = plan.ring_capacity // 4 - 64
+        self.lookup = LookupLink(self)
+        # PUT /config/...: router 0 keeps every option changed at run time (CONFIG_SET)
+        self.config_overrides: dict = {}
         self.handlers = {
             records.PUBLISH: self.on_publish,
             records.SUB: self.on_sub,
@@ -51,6 +55,9 @@ class Router(Role):
             records.CONTROL: self.on_control,
             records.FIRE: self.on_fire,
             records.T_HELLO: self.on_timer_hello,
+            records.CHANNELS: lambda src, rec: self.lookup.on_channels(rec),
+            records.LOOKUPDS: self.on_lookupds,
+            records.CONFIG: self.on_config,
         }
 
     def setup(self) -> None:
@@ -91,6 +98,8 @@ class Router(Role):
         # after the hello (which makes acceptors forget our old topic-full flags)
         for topic in list(self.topics.values()):
             self.check_cap(topic)
+        self.lookup.live = True
+        self.lookup.send_state()
 
     def on_record(self, src: int, rec: bytes) -> None:
         handler = self.handlers.get(rec[0])
@@ -110,7 +119,22 @@ class Router(Role):
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(name, self.opts.data_path, self.opts.mem_queue_size)
+            self.lookup.topic_created(topic)
         return topic
+
+    def get_channel(self, topic: Topic, name: bytes, start: dict | None = None) -> Channel:
+        """The channel, created if missing (then the first one takes the topic's backlog,
+        and the lookupds hear of it)."""
+        new = name not in topic.channels
+        ch, adopted = topic.get_channel(name, start)
+        if adopted:
+            for m, _ in adopted:  # the backlog's refs become the channel's
+                if m.segment is not None:
+                    m.segment.refs -= 1
+            self._enqueue(ch, adopted)
+        if new:
+            self.lookup.announce(True, topic.name, name)
+        return ch
 
     # -- publish ---------------------------------------------------------------------------
     def on_publish(self, src: int, rec: bytes) -> None:
@@ -202,6 +226,9 @@ class Router(Role):
 
     def _adopt(self, topic: Topic, msgs: list, nbytes: int) -> None:
         """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first."""
+        if topic.held is not None:  # a new topic waiting for the lookupds' channels
+            self.lookup.hold(topic, msgs, nbytes)
+            return
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
@@ -261,12 +288,7 @@ class Router(Role):
         if old is not None:
             self._drop_consumer(old)
         topic = self._topic(topic_name)
-        ch, adopted = topic.get_channel(channel_name)
-        if adopted:
-            for m, _ in adopted:  # the backlog's refs become the channel's
-                if m.segment is not None:
-                    m.segment.refs -= 1
-            self._enqueue(ch, adopted)
+        ch = self.get_channel(topic, channel_name)
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
@@ -294,6 +316,10 @@ class Router(Role):
     def on_acceptor_hello(self, src: int, rec: bytes) -> None:
         """A new acceptor incarnation: the connections of the old one are gone."""
         _, acceptor, generation = records.HELLO_A.unpack(rec)
+        if acceptor == 0:
+            self.lookup.send_state()  # the registrar starts from nothing
+        if self.index == 0 and self.config_overrides:
+            self.endpoint.send(src, bytes((records.CONFIG_SET,)) + orjson.dumps(self.config_overrides))
         for c in list(self.consumers.values()):
             if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
                 self._drop_consumer(c)
@@ -331,8 +357,9 @@ class Router(Role):
             return
         self._clear_channel(ch)
         self._dirty.discard(ch)
-        if topic.ephemeral and not topic.channels:
-            self.topics.pop(topic.name, None)
+        self.lookup.announce(False, topic.name, ch.name)
+        if topic.ephemeral and not topic.channels and self.topics.pop(topic.name, None) is not None:
+            self.lookup.announce(False, topic.name)
 
     def _clear_channel(self, ch: Channel) -> None:
         """Drop every message the channel holds (queued, in flight, deferred): their file
@@ -442,6 +469,18 @@ class Router(Role):
         """A new timer knows nothing: give it every deadline again."""
         self._arms.extend((inf.token, inf.deadline) for inf in self.tokens.values())
         self._flush_timer_soon()
+
+    # -- lookupd and run-time options (from acceptor 0) -------------------------------------------
+    def on_lookupds(self, src: int, rec: bytes) -> None:
+        _, self.lookup.lookupds = records.COUNT_U16.unpack(rec)
+
+    def on_config(self, src: int, rec: bytes) -> None:
+        """Options changed at run time: router 0 takes them back after a restart, the other
+        routers apply them (log level)."""
+        overrides = orjson.loads(rec[1:])
+        if self.index == 0:
+            self.config_overrides.update(overrides)
+        self.apply_config(overrides)
 
     def _flush_timer_soon(self) -> None:
         if not self._deliver_scheduled:

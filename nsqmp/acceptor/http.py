@@ -291,6 +291,10 @@ async def h_config(server, req: Request):
         await _config_put(server, key, req.body)
     elif req.method != "GET":
         raise HttpError(405, "METHOD_NOT_ALLOWED")
+    else:
+        # a PUT answered by another acceptor a moment ago: its CONFIG_SET may be waiting in
+        # our ring while this request was read first
+        server.catch_up()
     try:
         value = getattr(server.opts, key)
     except AttributeError:

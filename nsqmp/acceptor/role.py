@@ -178,6 +178,10 @@ class Acceptor(Role):
         replies = await self.ask_routers(request, [self.router_slot(request["topic"].encode())])
         return replies[0] if replies else {"error": "INTERNAL_ERROR"}
 
+    def catch_up(self) -> None:
+        """Handle the records already waiting in our rings, now."""
+        self.endpoint.drain(self.on_record)
+
     def on_config_set(self, overrides: dict) -> None:
         """Router 0 relays every option changed at run time (PUT /config/... on any acceptor)."""
         changed = {k: v for k, v in overrides.items() if self.config_overrides.get(k) != v}

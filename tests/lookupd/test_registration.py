@@ -215,7 +215,7 @@ def test_a_new_topic_first_gets_the_channels_other_brokers_have(make_lookupd, ma
     post(a, "/channel/create?topic=orders&channel=billing")
     post(a, "/channel/create?topic=orders&channel=audit")
     post(a, "/channel/create?topic=orders&channel=peek%23ephemeral")
-    wait_for(lambda: lookupd.get("/channels?topic=orders")["channels"] == ["audit", "billing", "peek#ephemeral"],
+    wait_for(lambda: sorted(lookupd.get("/channels?topic=orders")["channels"]) == ["audit", "billing", "peek#ephemeral"],
              what="the channels registered")
     post(b, "/pub?topic=orders", b"first")
 

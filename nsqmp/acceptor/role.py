@@ -96,8 +96,7 @@ class Acceptor(Role):
             self.endpoint.send(self.plan.router_slot(j), hello)
         if self.registrar is not None:
             # on the running loop; and read then: a CONFIG_SET may have changed them meanwhile
-            self.loop.call_soon(lambda: self.registrar and self.registrar.set_addresses(
-                self.opts.nsqlookupd_tcp_addresses))
+            self.loop.call_soon(self._connect_lookupds)
 
     def _periodic_sync(self) -> None:
         self.publisher.sync()
@@ -177,6 +176,10 @@ class Acceptor(Role):
         """A control request for the router that owns request["topic"]."""
         replies = await self.ask_routers(request, [self.router_slot(request["topic"].encode())])
         return replies[0] if replies else {"error": "INTERNAL_ERROR"}
+
+    def _connect_lookupds(self) -> None:
+        if self.registrar is not None and not self._stopping:
+            self.registrar.set_addresses(self.opts.nsqlookupd_tcp_addresses)
 
     def catch_up(self) -> None:
         """Handle the records already waiting in our rings, now."""

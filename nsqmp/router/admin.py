@@ -142,6 +142,9 @@ def config_set(router, request) -> dict:
     rec = bytes((records.CONFIG_SET,)) + orjson.dumps(router.config_overrides)
     for i in range(router.plan.acceptors):
         router.endpoint.send(router.plan.acceptor_slot(i), rec)
+    # into every ring now, before the reply is even queued: once the client has its answer,
+    # the value waits in every acceptor's ring (a GET /config there handles it first)
+    router.endpoint.flush()
     return {}
 
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.harness import wait_for
-from tests.lookupd.test_registration import node, post
+from tests.lookupd.brokers import node, post
 
 ROOT = Path(__file__).resolve().parents[2]
 PER_BROKER = 150

@@ -126,6 +126,9 @@ class Router(Role):
         """The channel, created if missing (then the first one takes the topic's backlog,
         and the lookupds hear of it)."""
         new = name not in topic.channels
+        if start is None and topic.held is not None:
+            # the held messages are this channel's too: it starts where holding began
+            start = topic.hold_start
         ch, adopted = topic.get_channel(name, start)
         if adopted:
             for m, _ in adopted:  # the backlog's refs become the channel's

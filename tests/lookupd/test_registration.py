@@ -230,3 +230,34 @@ def test_an_unreachable_lookupd_does_not_hold_messages_back(make_broker):
         post(b, "/pub?topic=soon", b"now")
         assert consumer.read_message().body == b"now"
     wait_for(lambda: b.log_text().count(f"LOOKUPD(127.0.0.1:{port})") >= 2, what="reconnection attempts")
+
+
+def test_a_new_topic_holds_its_messages_until_the_lookupds_answer(make_lookupd, make_broker):
+    """The lookupd stops answering (SIGSTOP) after the broker identified: a new topic's
+    message waits, assigned to no channel, for the request timeout; channels subscribed
+    meanwhile get it once it goes on, and a kill -9 right after loses it for none of them."""
+    lookupd = start_lookupd(make_lookupd)
+    args = [*BROADCAST, "--lookupd-tcp-address", lookupd.tcp_address, "--http-client-request-timeout", "3s"]
+    b = make_broker(*args, data="held")
+    wait_for(lambda: node(lookupd, b) is not None, what="identified")
+    os.kill(lookupd.proc.pid, signal.SIGSTOP)
+    try:
+        post(b, "/pub?topic=held", b"waiting")
+        one, two = Connection.connect(b.tcp_address), Connection.connect(b.tcp_address)
+        for conn, channel in ((one, "one"), (two, "two")):
+            conn.identify()
+            conn.sub("held", channel, rdy=1)
+        (topic,) = b.stats(topic="held")["topics"]
+        assert topic["depth"] == 1  # held by the topic ...
+        assert {c["channel_name"]: c["depth"] + c["in_flight_count"] for c in topic["channels"]} == {"one": 0, "two": 0}
+        # ... until the request timeout: then both channels have it
+        assert one.read_message().body == b"waiting"
+        assert two.read_message().body == b"waiting"
+    finally:
+        os.kill(lookupd.proc.pid, signal.SIGCONT)
+    b.kill()  # neither FIN'd: after a restart both channels still owe it
+    one.close()
+    two.close()
+    again = make_broker(*args, data="held")
+    (topic,) = again.stats(topic="held")["topics"]
+    assert {c["channel_name"]: c["depth"] for c in topic["channels"]} == {"one": 1, "two": 1}

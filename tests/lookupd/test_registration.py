@@ -261,3 +261,15 @@ def test_a_new_topic_holds_its_messages_until_the_lookupds_answer(make_lookupd, 
     again = make_broker(*args, data="held")
     (topic,) = again.stats(topic="held")["topics"]
     assert {c["channel_name"]: c["depth"] for c in topic["channels"]} == {"one": 1, "two": 1}
+
+
+def test_broadcast_options_are_what_the_lookupd_hands_out(make_lookupd, make_broker):
+    lookupd = start_lookupd(make_lookupd)
+    make_broker("--lookupd-tcp-address", lookupd.tcp_address, "--broadcast-address", "broker-7.example.com",
+                "--broadcast-tcp-port", "4999", "--broadcast-http-port", "5999",
+                "--topology-zone", "z1", "--topology-region", "r1")
+    (producer,) = wait_for(lambda: lookupd.get("/nodes")["producers"], what="identified")
+    assert {k: producer[k] for k in ("broadcast_address", "tcp_port", "http_port", "topology_zone",
+                                     "topology_region")} == {
+        "broadcast_address": "broker-7.example.com", "tcp_port": 4999, "http_port": 5999,
+        "topology_zone": "z1", "topology_region": "r1"}

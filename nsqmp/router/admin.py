@@ -52,6 +52,13 @@ def topic_empty(router, request) -> dict:
         if m.segment is not None:
             topic.release(m.segment)
     topic.backlog.clear()
+    if topic.held:  # a new topic still waiting for the lookupds: what it holds goes too
+        for msgs, _ in topic.held:
+            for m, _ in msgs:
+                if m.segment is not None:
+                    topic.release(m.segment)
+        topic.held = []
+        topic.hold_start = dict(topic.hwm)
     topic.meta.backlog_start = dict(topic.hwm)
     topic.save_meta()
     return {}

@@ -273,3 +273,26 @@ def test_broadcast_options_are_what_the_lookupd_hands_out(make_lookupd, make_bro
                                      "topology_region")} == {
         "broadcast_address": "broker-7.example.com", "tcp_port": 4999, "http_port": 5999,
         "topology_zone": "z1", "topology_region": "r1"}
+
+
+def test_emptying_a_topic_that_holds_its_messages_drops_them(make_lookupd, make_broker):
+    lookupd = start_lookupd(make_lookupd)
+    b = make_broker(*BROADCAST, "--lookupd-tcp-address", lookupd.tcp_address, "--http-client-request-timeout", "2s")
+    wait_for(lambda: node(lookupd, b) is not None, what="identified")
+    os.kill(lookupd.proc.pid, signal.SIGSTOP)
+    try:
+        post(b, "/mpub?topic=emptied", b"a\nb\nc")
+        assert b.stats(topic="emptied")["topics"][0]["depth"] == 3
+        post(b, "/topic/empty?topic=emptied")
+        assert b.stats(topic="emptied")["topics"][0]["depth"] == 0
+        post(b, "/pub?topic=emptied", b"after")
+        post(b, "/channel/create?topic=emptied&channel=c")
+        # once the request timeout passed, the channel has only what came after the empty
+        wait_for(lambda: [c["depth"] for c in b.stats(topic="emptied")["topics"][0]["channels"]] == [1]
+                 and b.stats(topic="emptied")["topics"][0]["depth"] == 0, what="released")
+    finally:
+        os.kill(lookupd.proc.pid, signal.SIGCONT)
+    with Connection.connect(b.tcp_address) as consumer:
+        consumer.identify()
+        consumer.sub("emptied", "c", rdy=5)
+        assert consumer.read_message().body == b"after"

@@ -221,6 +221,15 @@ class Router(Role):
             for _ in backlog:
                 topic.release(seg)
             dropped += len(backlog)
+        if topic.held:  # a new topic waiting for the lookupds' channels
+            held = []
+            for msgs, nbytes in topic.held:
+                keep = [(m, d) for m, d in msgs if m.segment is not seg]
+                for _ in range(len(msgs) - len(keep)):
+                    topic.release(seg)
+                dropped += len(msgs) - len(keep)
+                held.append((keep, nbytes))
+            topic.held = held
         topic.dropped += dropped
         self._acks_pending.add(topic)
         self._flush_timer_soon()

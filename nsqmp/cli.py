@@ -7,10 +7,7 @@ import platform
 import sys
 
 from nsqmp.config import ConfigError, build_parser, from_namespace, render_resolved
-from nsqmp.golog import GoLogFormatter
-
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-           "error": logging.ERROR, "fatal": logging.CRITICAL}
+from nsqmp.golog import LEVELS as _LEVELS, GoLogFormatter
 
 
 def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ") -> None:

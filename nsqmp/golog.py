@@ -11,6 +11,10 @@ import datetime
 import logging
 from typing import ClassVar
 
+#: nsqd's log-level names (lg.ParseLogLevel) -> logging levels
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+          "error": logging.ERROR, "fatal": logging.CRITICAL}
+
 
 class GoLogFormatter(logging.Formatter):
     _NAMES: ClassVar[dict[str, str]] = {"CRITICAL": "FATAL"}

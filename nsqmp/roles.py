@@ -15,6 +15,7 @@ import setproctitle
 import uvloop
 
 from nsqmp import memstats
+from nsqmp.golog import LEVELS
 from nsqmp.ipc.control import READY, ControlBlock
 from nsqmp.ipc.doorbell import Doorbell
 from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
@@ -90,6 +91,12 @@ class Role:
         finally:
             self.endpoint.flush()
             self.loop.stop()
+
+    def apply_config(self, overrides: dict) -> None:
+        """Options changed at run time (PUT /config/...): the values and the log level."""
+        self.opts = self.opts.replace(**overrides)
+        if "log_level" in overrides:
+            logging.getLogger().setLevel(LEVELS[self.opts.log_level])
 
     # -- for subclasses -------------------------------------------------------
     def setup(self) -> None:

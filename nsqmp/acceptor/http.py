@@ -16,6 +16,8 @@ import orjson
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.memstats import FIELDS as MEMORY_FIELDS
+from nsqmp.config.options import parse_address
+from nsqmp.golog import LEVELS
 from nsqmp.protocol.names import is_valid_name
 from nsqmp.protocol.parser import split_mpub
 
@@ -301,11 +303,21 @@ def render_text(stats: dict) -> str:
 
 
 async def h_config(server, req: Request):
-    """GET /config/<option>: the option's value as JSON (nsqd's config-file key names)."""
-    if req.method != "GET":
-        # nsqd lets PUT change nsqlookupd_tcp_addresses and log_level at run time; not yet here
-        raise HttpError(405, "METHOD_NOT_ALLOWED")
+    """GET /config/<option>: the option's value as JSON (nsqd's config-file key names).
+
+    PUT changes nsqlookupd_tcp_addresses (a JSON array of host:port) or log_level (text) at
+    run time, as nsqd does: router 0 relays the value to every acceptor (acceptor 0 then
+    connects to the new set of lookupds) before this acceptor answers with the new value.
+    """
     key = req.path[len("/config/"):]
+    if req.method == "PUT":
+        await _config_put(server, key, req.body)
+    elif req.method != "GET":
+        raise HttpError(405, "METHOD_NOT_ALLOWED")
+    else:
+        # a PUT answered by another acceptor a moment ago: its CONFIG_SET may be waiting in
+        # our ring while this request was read first
+        server.catch_up()
     try:
         value = getattr(server.opts, key)
     except AttributeError:
@@ -313,6 +325,40 @@ async def h_config(server, req: Request):
     if isinstance(value, tuple):
         value = list(value)
     return 200, orjson.dumps(value), _JSON
+
+
+def _parse_lookupd_addresses(body: bytes) -> list[str]:
+    """A JSON array of host:port strings (null is the empty list, as Go reads it)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise HttpError(400, "INVALID_VALUE") from None
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise HttpError(400, "INVALID_VALUE")
+    try:
+        return [str(parse_address(a)) for a in value]
+    except ValueError:
+        raise HttpError(400, "INVALID_VALUE") from None
+
+
+async def _config_put(server, key: str, body: bytes) -> None:
+    if not body or len(body) > server.opts.max_msg_size:
+        raise HttpError(413, "INVALID_VALUE")
+    value: str | list[str]
+    if key == "nsqlookupd_tcp_addresses":
+        value = _parse_lookupd_addresses(body)
+    elif key == "log_level":
+        value = body.decode("utf-8", "replace").lower()
+        if value not in LEVELS:
+            raise HttpError(400, "INVALID_VALUE")
+    else:
+        raise HttpError(400, "INVALID_OPTION")
+    replies = await server.ask_routers({"op": "config_set", "option": key, "value": value},
+                                       [server.plan.router_slot(0)])
+    if not replies or replies[0].get("error"):
+        raise HttpError(500, "INTERNAL_ERROR")
 
 
 _STATUS = {"TOPIC_NOT_FOUND": 404, "CHANNEL_NOT_FOUND": 404, "INVALID_REQUEST": 400}

@@ -14,6 +14,7 @@ import orjson
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.http import HttpConnection
 from nsqmp.acceptor.publisher import Publisher, router_for
+from nsqmp.acceptor.registrar import Registrar
 from nsqmp.acceptor.tcp import V2Connection
 from nsqmp import memstats
 from nsqmp.ipc import records
@@ -69,6 +70,8 @@ class Acceptor(Role):
         self._request_ids = itertools.count(1)
         self._paused: set[V2Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
+        self.registrar: Registrar | None = None  # acceptor 0 only: the broker's lookupd connections
+        self.config_overrides: dict = {}  # options changed at run time (PUT /config/...)
 
     # -- lifecycle --------------------------------------------------------------
     def setup(self) -> None:
@@ -79,6 +82,8 @@ class Acceptor(Role):
         self.parser = Parser(self.opts.max_msg_size, self.opts.max_body_size)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())
+        if self.index == 0:
+            self.registrar = Registrar(self)
         if self.opts.sync_timeout > 0:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
@@ -94,6 +99,9 @@ class Acceptor(Role):
         hello = records.HELLO_A.pack(records.A_HELLO, self.index, self.generation)
         for j in range(self.plan.routers):
             self.endpoint.send(self.plan.router_slot(j), hello)
+        if self.registrar is not None:
+            # on the running loop; and read then: a CONFIG_SET may have changed them meanwhile
+            self.loop.call_soon(self._connect_lookupds)
 
     def _periodic_sync(self) -> None:
         self.publisher.sync()
@@ -104,6 +112,8 @@ class Acceptor(Role):
         """Stop accepting, close every client, sync and close the segments."""
         for server in self._servers:
             server.close()
+        if self.registrar is not None:
+            self.registrar.close()  # each lookupd forgets this broker at once
         for conn in list(self.connections.values()):
             conn.close()
         await asyncio.sleep(0)  # let connection_lost run and queue the GONE records
@@ -184,6 +194,29 @@ class Acceptor(Role):
         replies = await self.ask_routers(request, [self.router_slot(request["topic"].encode())])
         return replies[0] if replies else {"error": "INTERNAL_ERROR"}
 
+    def _connect_lookupds(self) -> None:
+        if self.registrar is not None and not self._stopping:
+            self.registrar.set_addresses(self.opts.nsqlookupd_tcp_addresses)
+
+    def catch_up(self) -> None:
+        """Handle the records already waiting in our rings, now."""
+        self.endpoint.drain(self.on_record)
+
+    def on_config_set(self, overrides: dict) -> None:
+        """Router 0 relays every option changed at run time (PUT /config/... on any acceptor)."""
+        changed = {k: v for k, v in overrides.items() if self.config_overrides.get(k) != v}
+        self.config_overrides.update(overrides)
+        if not changed:
+            return
+        self.apply_config(changed)
+        if self.registrar is not None:
+            if "nsqlookupd_tcp_addresses" in changed:
+                self.registrar.set_addresses(self.opts.nsqlookupd_tcp_addresses)
+            # the other routers apply them too (log level); router 0 has them already
+            rec = bytes((records.CONFIG,)) + orjson.dumps(changed)
+            for j in range(1, self.plan.routers):
+                self.endpoint.send(self.plan.router_slot(j), rec)
+
     # -- records from routers ----------------------------------------------------------
     def on_record(self, src: int, rec: bytes) -> None:
         kind = rec[0]
@@ -225,8 +258,20 @@ class Acceptor(Role):
                 self.publisher.full_topics.add(topic)
             else:
                 self.publisher.full_topics.discard(topic)
+        elif kind == records.LOOKUP_REG and self.registrar is not None:
+            self.registrar.on_reg(src, rec)
+        elif kind == records.LOOKUP_STATE and self.registrar is not None:
+            self.registrar.on_state(src, rec)
+        elif kind == records.CHANNELS_ASK and self.registrar is not None:
+            self.registrar.on_ask(src, rec)
+        elif kind == records.CONFIG_SET:
+            self.on_config_set(orjson.loads(rec[1:]))
         elif kind == records.R_HELLO:
             router_slot = src
+            if self.registrar is not None:
+                self.registrar.tell_routers([src])
+                if self.config_overrides:  # router 0 takes them back; others apply them
+                    self.endpoint.send(src, bytes((records.CONFIG,)) + orjson.dumps(self.config_overrides))
             # the restarted router re-announces the topics that are still full
             self.publisher.full_topics = {t for t in self.publisher.full_topics
                                           if self.router_slot(t) != router_slot}

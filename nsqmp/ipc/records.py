@@ -14,6 +14,10 @@ followed by at most one variable part. Layouts, by kind::
     GONE     | kind | conn u64                      (connection closed)
     A_HELLO  | kind | acceptor u16 | generation u32 (a new acceptor incarnation)
     CONTROL  | kind | req_id u32 | JSON request     (stats, create, delete, ...)
+    CHANNELS | kind | topic_len u8 | topic | JSON list of channel names
+                                                (acceptor 0: what the lookupds know of a new topic)
+    LOOKUPDS | kind | count u16                     (acceptor 0: lookupds configured; 0 = none)
+    CONFIG   | kind | JSON {option: value}          (acceptor 0: run-time options, see CONFIG_SET)
   router -> acceptor
     DELIVER  | kind | conn u64 | message frames, ready to write to the socket
     CONN_ERR | kind | conn u64 | fatal u8 | error text
@@ -23,6 +27,15 @@ followed by at most one variable part. Layouts, by kind::
     CLOSE_CONN | kind | conn u64                    (its topic or channel was deleted: close it)
     TOPIC_GONE | kind | topic                       (deleted: drop the segment writer)
     SUB_OK   | kind | conn u64                      (the channel exists and the consumer is known)
+  router -> acceptor 0 (the registrar, which speaks for the broker to every nsqlookupd)
+    LOOKUP_REG   | kind | register u8 | topic_len u8 | topic | channel
+                                                (REGISTER or UNREGISTER; no channel: the topic)
+    LOOKUP_STATE | kind | flags u8 | JSON [[topic, [channel, ...]], ...]
+                                                (every topic the router owns, in pieces:
+                                                 flags bit 0 = first piece, bit 1 = last)
+    CHANNELS_ASK | kind | topic                     (a new topic: which channels do lookupds know?)
+  router 0 -> every acceptor
+    CONFIG_SET   | kind | JSON {option: value}      (PUT /config/...: every option changed at run time)
   router -> timer
     ARM      | kind | n x (token u64, deadline_ns i64)
     DISARM   | kind | n x token u64
@@ -42,7 +55,9 @@ from __future__ import annotations
 import struct
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
+CHANNELS, LOOKUPDS, CONFIG = range(11, 14)
 DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK = range(20, 28)
+LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
 
@@ -55,6 +70,8 @@ CONN_ID = struct.Struct("<BQ16s")
 REQ_HEAD = struct.Struct("<BQI16s")
 HELLO_A = struct.Struct("<BHI")
 HELLO_R = struct.Struct("<BH")
+COUNT_U16 = struct.Struct("<BH")
+STATE_FIRST, STATE_LAST = 1, 2
 REQ_ID = struct.Struct("<BI")
 CONN_ERR_HEAD = struct.Struct("<BQB")
 TOKEN_DEADLINE = struct.Struct("<Qq")
@@ -107,3 +124,31 @@ def arm(items: list[tuple[int, int]]) -> bytes:
 
 def unpack_arm(rec: bytes) -> list[tuple[int, int]]:
     return list(TOKEN_DEADLINE.iter_unpack(memoryview(rec)[1:]))
+
+
+def _named(kind: int, topic: bytes, rest: bytes) -> bytes:
+    return bytes((kind, len(topic))) + topic + rest
+
+
+def _unpack_named(rec: bytes, pos: int) -> tuple[bytes, bytes]:
+    tlen = rec[pos]
+    return rec[pos + 1: pos + 1 + tlen], rec[pos + 1 + tlen:]
+
+
+def lookup_reg(register: bool, topic: bytes, channel: bytes = b"") -> bytes:
+    return bytes((LOOKUP_REG, register, len(topic))) + topic + channel
+
+
+def unpack_lookup_reg(rec: bytes) -> tuple[bool, bytes, bytes]:
+    """(register?, topic, channel or b"" for the topic form)."""
+    topic, channel = _unpack_named(rec, 2)
+    return bool(rec[1]), topic, channel
+
+
+def channels(topic: bytes, names_json: bytes) -> bytes:
+    return _named(CHANNELS, topic, names_json)
+
+
+def unpack_channels(rec: bytes) -> tuple[bytes, bytes]:
+    """(topic, JSON list of channel names)."""
+    return _unpack_named(rec, 1)

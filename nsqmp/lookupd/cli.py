@@ -11,14 +11,12 @@ from __future__ import annotations
 import logging
 import sys
 
-from nsqmp.golog import GoLogFormatter
+from nsqmp.golog import LEVELS as _LEVELS, GoLogFormatter
 from nsqmp.lookupd import version_string
 from nsqmp.lookupd.options import (
     ConfigFileError, HelpRequested, UsageError, parse_flags, resolve, usage,
 )
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-           "error": logging.ERROR, "fatal": logging.CRITICAL}
 _OWN_DEFAULTS = {"tcp-address": "127.0.0.1:4160", "http-address": "127.0.0.1:4161"}
 
 

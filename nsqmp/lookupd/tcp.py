@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Callable
 
@@ -32,16 +31,16 @@ from nsqmp.lookupd.registry import (
     CHANNEL, CLIENT_REGISTRATION, TOPIC, PeerInfo, Producer, Registration,
 )
 from nsqmp.protocol.errors import E_BAD_BODY, E_BAD_CHANNEL, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID
+from nsqmp.protocol.lookup_v1 import MAGIC as MAGIC_V1, OK, SIZE, frame
 from nsqmp.protocol.names import is_valid_name
 
 log = logging.getLogger("nsqmp.lookupd")
 
-MAGIC_V1 = b"  V1"
 MAX_LINE = 4096          # the longest real command, REGISTER <64> <64>, is ~140 bytes
 MAX_BODY = 1 << 20       # a real IDENTIFY body is a few hundred bytes
 EPHEMERAL = "#ephemeral"
-_SIZE = struct.Struct(">i")
-_OK = b"OK"
+_SIZE = SIZE  # shared with the registrar: nsqmp/protocol/lookup_v1.py
+_OK = OK
 
 
 class Fatal(Exception):
@@ -59,11 +58,6 @@ class Fatal(Exception):
 
     def __str__(self) -> str:
         return self.wire.decode("utf-8", "replace")
-
-
-def frame(data: bytes) -> bytes:
-    """``[4-byte size][data]``: every response and error of protocol V1."""
-    return _SIZE.pack(len(data)) + data
 
 
 def format_address(peername) -> str:

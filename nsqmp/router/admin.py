@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import shutil
 
+import orjson
+
 from nsqmp.ipc import records
 
 
@@ -31,7 +33,8 @@ def topic_delete(router, request) -> dict:
         return {"error": "TOPIC_NOT_FOUND"}
     for ch in list(topic.channels.values()):
         _close_channel(router, ch)
-    del router.topics[topic.name]
+    if router.topics.pop(topic.name, None) is not None:  # an ephemeral one went with its last channel
+        router.lookup.announce(False, topic.name)
     topic.close()
     shutil.rmtree(topic.dir, ignore_errors=True)
     gone = bytes((records.TOPIC_GONE,)) + topic.name
@@ -49,6 +52,13 @@ def topic_empty(router, request) -> dict:
         if m.segment is not None:
             topic.release(m.segment)
     topic.backlog.clear()
+    if topic.held:  # a new topic still waiting for the lookupds: what it holds goes too
+        for msgs, _ in topic.held:
+            for m, _ in msgs:
+                if m.segment is not None:
+                    topic.release(m.segment)
+        topic.held = []
+        topic.hold_start = dict(topic.hwm)
     topic.meta.backlog_start = dict(topic.hwm)
     topic.save_meta()
     return {}
@@ -79,12 +89,7 @@ def channel_create(router, request) -> dict:
     topic = _topic(router, request)
     if topic is None:
         return {"error": "TOPIC_NOT_FOUND"}
-    ch, adopted = topic.get_channel(request["channel"].encode())
-    if adopted:
-        for m, _ in adopted:
-            if m.segment is not None:
-                m.segment.refs -= 1
-        router._enqueue(ch, adopted)
+    router.get_channel(topic, request["channel"].encode())
     return {}
 
 
@@ -136,6 +141,20 @@ def _close_channel(router, ch) -> None:
         router._drop_consumer(c)
 
 
+def config_set(router, request) -> dict:
+    """PUT /config/<option> on any acceptor (router 0 only): remember the value and give
+    every acceptor every option changed so far, before the reply goes back."""
+    router.config_overrides[request["option"]] = request["value"]
+    router.apply_config({request["option"]: request["value"]})
+    rec = bytes((records.CONFIG_SET,)) + orjson.dumps(router.config_overrides)
+    for i in range(router.plan.acceptors):
+        router.endpoint.send(router.plan.acceptor_slot(i), rec)
+    # into every ring now, before the reply is even queued: once the client has its answer,
+    # the value waits in every acceptor's ring (a GET /config there handles it first)
+    router.endpoint.flush()
+    return {}
+
+
 OPS = {
     "topic_create": topic_create,
     "topic_delete": topic_delete,
@@ -147,4 +166,5 @@ OPS = {
     "channel_empty": channel_empty,
     "channel_pause": channel_pause,
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
+    "config_set": config_set,
 }

@@ -16,6 +16,7 @@ from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import message_frame
 from nsqmp.router.channel import Channel, Consumer, Deferred, InFlight, Message
+from nsqmp.router.lookup import LookupLink
 from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
 
@@ -39,6 +40,9 @@ class Router(Role):
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
         self.max_chunk = plan.ring_capacity // 4 - 64
+        self.lookup = LookupLink(self)
+        # PUT /config/...: router 0 keeps every option changed at run time (CONFIG_SET)
+        self.config_overrides: dict = {}
         self.handlers = {
             records.PUBLISH: self.on_publish,
             records.SUB: self.on_sub,
@@ -52,6 +56,9 @@ class Router(Role):
             records.CONTROL: self.on_control,
             records.FIRE: self.on_fire,
             records.T_HELLO: self.on_timer_hello,
+            records.CHANNELS: lambda src, rec: self.lookup.on_channels(rec),
+            records.LOOKUPDS: self.on_lookupds,
+            records.CONFIG: self.on_config,
         }
 
     def setup(self) -> None:
@@ -92,6 +99,8 @@ class Router(Role):
         # after the hello (which makes acceptors forget our old topic-full flags)
         for topic in list(self.topics.values()):
             self.check_cap(topic)
+        self.lookup.live = True
+        self.lookup.send_state()
 
     def on_record(self, src: int, rec: bytes) -> None:
         handler = self.handlers.get(rec[0])
@@ -111,7 +120,25 @@ class Router(Role):
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(name, self.opts.data_path, self.opts.mem_queue_size)
+            self.lookup.topic_created(topic)
         return topic
+
+    def get_channel(self, topic: Topic, name: bytes, start: dict | None = None) -> Channel:
+        """The channel, created if missing (then the first one takes the topic's backlog,
+        and the lookupds hear of it)."""
+        new = name not in topic.channels
+        if start is None and topic.held is not None:
+            # the held messages are this channel's too: it starts where holding began
+            start = topic.hold_start
+        ch, adopted = topic.get_channel(name, start)
+        if adopted:
+            for m, _ in adopted:  # the backlog's refs become the channel's
+                if m.segment is not None:
+                    m.segment.refs -= 1
+            self._enqueue(ch, adopted)
+        if new:
+            self.lookup.announce(True, topic.name, name)
+        return ch
 
     # -- publish ---------------------------------------------------------------------------
     def on_publish(self, src: int, rec: bytes) -> None:
@@ -195,6 +222,15 @@ class Router(Role):
             for _ in backlog:
                 topic.release(seg)
             dropped += len(backlog)
+        if topic.held:  # a new topic waiting for the lookupds' channels
+            held = []
+            for msgs, nbytes in topic.held:
+                keep = [(m, d) for m, d in msgs if m.segment is not seg]
+                for _ in range(len(msgs) - len(keep)):
+                    topic.release(seg)
+                dropped += len(msgs) - len(keep)
+                held.append((keep, nbytes))
+            topic.held = held
         topic.dropped += dropped
         self._acks_pending.add(topic)
         self._flush_timer_soon()
@@ -203,6 +239,9 @@ class Router(Role):
 
     def _adopt(self, topic: Topic, msgs: list, nbytes: int) -> None:
         """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first."""
+        if topic.held is not None:  # a new topic waiting for the lookupds' channels
+            self.lookup.hold(topic, msgs, nbytes)
+            return
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
@@ -262,12 +301,7 @@ class Router(Role):
         if old is not None:
             self._drop_consumer(old)
         topic = self._topic(topic_name)
-        ch, adopted = topic.get_channel(channel_name)
-        if adopted:
-            for m, _ in adopted:  # the backlog's refs become the channel's
-                if m.segment is not None:
-                    m.segment.refs -= 1
-            self._enqueue(ch, adopted)
+        ch = self.get_channel(topic, channel_name)
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
@@ -295,6 +329,10 @@ class Router(Role):
     def on_acceptor_hello(self, src: int, rec: bytes) -> None:
         """A new acceptor incarnation: the connections of the old one are gone."""
         _, acceptor, generation = records.HELLO_A.unpack(rec)
+        if acceptor == 0:
+            self.lookup.send_state()  # the registrar starts from nothing
+        if self.index == 0 and self.config_overrides:
+            self.endpoint.send(src, bytes((records.CONFIG_SET,)) + orjson.dumps(self.config_overrides))
         for c in list(self.consumers.values()):
             if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
                 self._drop_consumer(c)
@@ -332,8 +370,9 @@ class Router(Role):
             return
         self._clear_channel(ch)
         self._dirty.discard(ch)
-        if topic.ephemeral and not topic.channels:
-            self.topics.pop(topic.name, None)
+        self.lookup.announce(False, topic.name, ch.name)
+        if topic.ephemeral and not topic.channels and self.topics.pop(topic.name, None) is not None:
+            self.lookup.announce(False, topic.name)
 
     def _clear_channel(self, ch: Channel) -> None:
         """Drop every message the channel holds (queued, in flight, deferred): their file
@@ -443,6 +482,18 @@ class Router(Role):
         """A new timer knows nothing: give it every deadline again."""
         self._arms.extend((inf.token, inf.deadline) for inf in self.tokens.values())
         self._flush_timer_soon()
+
+    # -- lookupd and run-time options (from acceptor 0) -------------------------------------------
+    def on_lookupds(self, src: int, rec: bytes) -> None:
+        _, self.lookup.lookupds = records.COUNT_U16.unpack(rec)
+
+    def on_config(self, src: int, rec: bytes) -> None:
+        """Options changed at run time: router 0 takes them back after a restart, the other
+        routers apply them (log level)."""
+        overrides = orjson.loads(rec[1:])
+        if self.index == 0:
+            self.config_overrides.update(overrides)
+        self.apply_config(overrides)
 
     def _flush_timer_soon(self) -> None:
         if not self._deliver_scheduled:

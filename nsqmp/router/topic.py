@@ -56,6 +56,14 @@ class Topic:
         self.paused = False
         self.disk_bytes = 0  # record bytes in segment files not yet deleted or dropped
         self.full = False  # refusing publishes (max-topic-bytes, policy refuse)
+        # a new topic while lookupds are configured: its messages wait here, unassigned,
+        # until the lookupds said which channels the topic has elsewhere (nsqd's GetTopic)
+        self.held: list[tuple[list, int]] | None = None  # (batch of (Message, due_ns), bytes)
+        self.hold_start: dict = {}  # hwm when holding began: where those channels start
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(msgs) for msgs, _ in self.held) if self.held else 0
 
     def segment(self, acceptor: int, seq: int) -> Segment:
         key = (acceptor, seq)
@@ -91,14 +99,15 @@ class Topic:
     def durable(self) -> bool:
         return not self.ephemeral
 
-    def get_channel(self, name: bytes) -> tuple[Channel, list]:
+    def get_channel(self, name: bytes, start: dict | None = None) -> tuple[Channel, list]:
         """The channel, created if missing, and the backlog it adopts (the first channel
-        takes every message published before any channel existed)."""
+        takes every message published before any channel existed). A later channel starts
+        after the records adopted so far, or after `start` when given."""
         ch = self.channels.get(name)
         adopted: list = []
         if ch is None:
             first = not self.channels
-            ch = self.add_channel(name, start=None if first else dict(self.hwm))
+            ch = self.add_channel(name, start=None if first else dict(self.hwm if start is None else start))
             if first and self.backlog:
                 adopted = list(self.backlog)
                 self.backlog.clear()
@@ -191,7 +200,7 @@ class Topic:
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]
-        depth = len(self.backlog)
+        depth = len(self.backlog) + self.held_count
         return {
             "topic_name": self.name.decode(),
             "channels": [c.stats(include_clients) for c in chans],

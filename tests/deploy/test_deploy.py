@@ -155,6 +155,65 @@ def test_unit_data_path_is_the_state_directory(tmp_path):
     assert tomllib.loads(proc.stdout)["data_path"] == state
 
 
+# -- the lookupd's unit and config ----------------------------------------------------------
+
+LOOKUPD_UNIT = DEPLOY / "nsqmp-lookupd.service"
+LOOKUPD_EXAMPLE = DEPLOY / "nsqlookupd.toml.example"
+LOOKUPD_EXEC_START = "/opt/nsqmp/venv/bin/nsqmp lookupd --config /etc/nsqmp/nsqlookupd.toml"
+
+
+def _installable_lookupd_copy(tmp_path: Path, extra: str = "") -> Path:
+    nsqmp = _tool("nsqmp")
+    assert nsqmp, "the nsqmp command is not installed"
+    copy = tmp_path / "nsqmp-lookupd.service"
+    copy.write_text(LOOKUPD_UNIT.read_text().replace("/opt/nsqmp/venv/bin/nsqmp", nsqmp) + extra)
+    return copy
+
+
+@needs_systemd_analyze
+def test_lookupd_unit_verifies_clean(tmp_path):
+    proc = _verify(_installable_lookupd_copy(tmp_path))
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "nsqmp" in line]
+    assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
+
+
+@needs_systemd_analyze
+def test_lookupd_unit_verify_sees_mistakes(tmp_path):
+    proc = _verify(_installable_lookupd_copy(tmp_path, "\n[Service]\nRestart=sometimes\nProtectHom=yes\n"))
+    out = proc.stdout + proc.stderr
+    assert "sometimes" in out and "ProtectHom" in out, out
+
+
+def test_lookupd_unit_runs_the_lookupd_as_documented():
+    unit = _unit(LOOKUPD_UNIT.read_text())
+    service = unit["Service"]
+    assert _one(service, "ExecStart") == LOOKUPD_EXEC_START
+    assert _one(service, "Restart") == "on-failure"
+    assert _one(service, "RestartPreventExitStatus") == "2"
+    assert _one(service, "KillSignal") == "SIGTERM"
+    assert _one(service, "DynamicUser") == "yes"
+    assert _one(unit["Install"], "WantedBy") == "multi-user.target"
+    # its config is the example the unit's comment says to install
+    assert "deploy/nsqlookupd.toml.example /etc/nsqmp/nsqlookupd.toml" in LOOKUPD_UNIT.read_text()
+
+
+def test_lookupd_example_config_starts_the_lookupd(tmp_path):
+    """`nsqmp lookupd --config deploy/nsqlookupd.toml.example` reads every key of it and
+    starts (flags, which win over the file, move it to port 0)."""
+    from nsqmp.lookupd.launcher import Lookupd
+
+    d = Lookupd("--config", str(LOOKUPD_EXAMPLE), "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                "--log-level=debug", program=[sys.executable, "-m", "nsqmp", "lookupd"],
+                log_path=tmp_path / "lookupd.log").start()
+    try:
+        assert d.http("GET", "/ping")[:2] == (200, b"OK")
+        assert "TCP: listening on 127.0.0.1:" in d.log_text()
+    finally:
+        assert d.stop() == 0
+    text = LOOKUPD_EXAMPLE.read_text()
+    assert tomllib.loads(text)["tcp_address"] == "0.0.0.0:4160"
+
+
 # -- Dockerfile -----------------------------------------------------------------------------
 
 def _instructions(text: str) -> list[tuple[str, str]]:

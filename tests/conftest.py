@@ -8,6 +8,12 @@ import pytest
 from tests.harness import Broker
 
 
+def pytest_addoption(parser):
+    parser.addoption("--soak-seconds", type=float, default=15.0,
+                     help="publishing time of tests/integration/test_soak.py (default 15, short "
+                          "for CI; the full soak: --soak-seconds 60)")
+
+
 @pytest.fixture
 def broker(tmp_path):
     """A running broker with the default process graph, stopped (or killed) after the test."""

@@ -13,11 +13,13 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import time
 
 import nsq
 import pytest
 
+from nsqmp.client import Connection, wire
 from tests.harness import wait_for
 
 FENCE_ID = b"0" * 16  # no message has this ID: FIN of it comes back E_FIN_FAILED, in order
@@ -550,3 +552,118 @@ def test_stats_counters_are_exact_after_a_concurrent_run(broker):
             inbox.close()
 
     run(scenario())
+
+
+# -- administration meets deadlines -----------------------------------------------------------------
+
+def test_paused_channel_holds_due_and_timed_out_messages_until_unpaused(broker):
+    async def scenario():
+        inbox = Inbox(broker.tcp_address, "t_pause", "ch", msg_timeout=1)
+        await inbox.subscribed(broker)
+        await publish(broker, "t_pause", [b"timeout"])
+        _, m = await inbox.get()  # never answered: times out while the channel is paused
+        await publish(broker, "t_pause", [b"deferred"], [500])
+        assert broker.http("POST", "/channel/pause?topic=t_pause&channel=ch")[0] == 200
+        await inbox.nothing_for(1.6)
+        ch = await settle(broker, "t_pause", "ch", depth=2, deferred_count=0, in_flight_count=0)
+        assert (ch["timeout_count"], ch["paused"]) == (1, True), ch
+        assert broker.http("POST", "/channel/unpause?topic=t_pause&channel=ch")[0] == 200
+        got = {}
+        for _ in range(2):
+            _, m = await inbox.get(timeout=5)
+            got[m.body] = m.attempts
+            m.finish()
+        assert got == {b"timeout": 2, b"deferred": 1}
+        await settle(broker, "t_pause", "ch", depth=0, in_flight_count=0)
+        inbox.close()
+
+    run(scenario())
+
+
+def test_emptied_channel_forgets_its_deferred_and_in_flight_messages(broker):
+    async def scenario():
+        inbox = Inbox(broker.tcp_address, "t_empty", "ch", msg_timeout=1)
+        await inbox.subscribed(broker)
+        await publish(broker, "t_empty", [b"in-flight"])
+        _, held = await inbox.get()
+        await publish(broker, "t_empty", [b"deferred"], [800])
+        await publish(broker, "t_empty", [b"req"])
+        _, r = await inbox.get()
+        r.requeue(time_ms=800, backoff=False)
+        await settle(broker, "t_empty", "ch", deferred_count=2, in_flight_count=1)
+        assert broker.http("POST", "/channel/empty?topic=t_empty&channel=ch")[0] == 200
+        ch = channel_stats(broker, "t_empty", "ch")
+        assert (ch["depth"], ch["deferred_count"], ch["in_flight_count"]) == (0, 0, 0), ch
+        assert inbox.client(broker)["in_flight_count"] == 0
+        await inbox.nothing_for(1.5)  # no deadline of the emptied messages fires
+        held.finish()
+        deadline = time.monotonic() + 5
+        while not inbox.errors:
+            assert time.monotonic() < deadline, "FIN of an emptied message was not refused"
+            await asyncio.sleep(0.05)
+        assert inbox.errors == [b"E_FIN_FAILED FIN %s failed ID not in flight" % held.id]
+        ch = channel_stats(broker, "t_empty", "ch")
+        assert ch["timeout_count"] == 0, ch
+        # the channel works on afterwards
+        await publish(broker, "t_empty", [b"after"])
+        _, m = await inbox.get()
+        assert (m.body, m.attempts) == (b"after", 1)
+        m.finish()
+        await settle(broker, "t_empty", "ch", in_flight_count=0, depth=0)
+        inbox.close()
+
+    run(scenario())
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_timer_holding_tens_of_thousands_of_deadlines(broker):
+    """20,000 DPUBs due over one second, half of them left to time out once, the timer
+    killed before they are due and again mid-way: every message is finished exactly once,
+    timeout_count is exactly the half, and no FIN is refused. (The raw wire client: pynsq
+    is too slow for this many messages on a shared machine.)"""
+    n = 20_000
+
+    def kill_timer() -> None:
+        old = broker.children()["nsqmp timer"]
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: broker.children().get("nsqmp timer") not in (None, old), what="a new timer")
+
+    c = Connection.connect(broker.tcp_address, timeout=30)
+    c.identify(msg_timeout=2000)
+    c.sub("t_many", "ch", rdy=2500)
+    with Connection.connect(broker.tcp_address, timeout=30) as p:
+        p.send(b"".join(wire.dpub("t_many", 2000 + i % 1000, b"%06d" % i) for i in range(n)))
+        for _ in range(n):
+            p.expect_ok()
+    kill_timer()
+    finished: set[int] = set()
+    ignored = 0
+    killed_again = False
+    c.sock.settimeout(0.5)
+    deadline = time.monotonic() + 120
+    while len(finished) < n:
+        assert time.monotonic() < deadline, f"{len(finished)} of {n} finished"
+        try:
+            frame = c.read_frame()
+        except socket.timeout:
+            continue
+        assert frame.type == wire.FRAME_MESSAGE, frame.data
+        m = frame.message
+        k = int(m.body)
+        if m.attempts == 1 and k % 2 == 0:
+            ignored += 1
+            if ignored == n // 4 and not killed_again:
+                kill_timer()
+                killed_again = True
+            continue
+        assert k not in finished, k
+        c.fin(m.id)
+        finished.add(k)
+    ch = wait_for(lambda: (x := channel_stats(broker, "t_many", "ch"))["in_flight_count"] == 0 and x,
+                  what="the last FINs")
+    assert (ch["depth"], ch["deferred_count"], ch["timeout_count"], ch["message_count"]) == \
+        (0, 0, n // 2, n), ch
+    c.send(wire.fin(FENCE_ID))  # every earlier answer comes before this refusal
+    frame = c.read_frame()
+    assert frame.data == b"E_FIN_FAILED FIN %s failed ID not in flight" % FENCE_ID, frame.data
+    c.close()

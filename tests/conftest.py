@@ -12,6 +12,9 @@ def pytest_addoption(parser):
     parser.addoption("--soak-seconds", type=float, default=15.0,
                      help="publishing time of tests/integration/test_soak.py (default 15, short "
                           "for CI; the full soak: --soak-seconds 60)")
+    parser.addoption("--soak-kill-routers", action="store_true",
+                     help="the soak also kills the routers (every other kill): only the no-loss "
+                          "checks apply, since a killed router's counters start again")
 
 
 @pytest.fixture

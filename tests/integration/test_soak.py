@@ -7,7 +7,8 @@ Four raw-wire consumers (the project's client, one thread each) and one pynsq Re
 one channel with msg_timeout 1 s and, message by message, FIN, REQ 0, REQ with a small
 delay, TOUCH through a hold longer than msg_timeout and then FIN, let it time out, or
 disconnect with messages in flight and reconnect. Every 4 s the timer process gets
-kill -9. Then everyone FINs until the channel is empty, and the tally must show every
+kill -9 (with ``--soak-kill-routers``, every other kill hits a router instead; the /stats
+counter checks are then skipped, as a killed router's counters start again). Then everyone FINs until the channel is empty, and the tally must show every
 published message finished at least once.
 
 Whether a FIN, REQ or TOUCH was accepted is known exactly: a refusal is an error frame
@@ -58,6 +59,7 @@ class Tally:
         self.req_ok = 0
         self.disconnects = 0
         self.timer_kills = 0
+        self.router_kills = 0
         self.errors: list[str] = []  # anything unexpected, reported at the end
         self.final_sessions: list["Session"] = []
 
@@ -143,21 +145,28 @@ def producer(address: str, index: int, run: Run, tally: Tally, seed: int) -> Non
             tally.errors.append(f"producer {index}: {exc!r}")
 
 
-def timer_killer(broker, run: Run, tally: Tally) -> None:
-    """kill -9 the timer process now and then: its replacement must rebuild every deadline."""
+def killer(broker, run: Run, tally: Tally, routers: bool) -> None:
+    """kill -9 the timer process now and then (its replacement must rebuild every deadline),
+    and with ``routers`` every other time a router (rebuilt from its files)."""
     try:
+        kills = 0
         while run.publishing():
             time.sleep(min(TIMER_KILL_EVERY, max(0.0, run.publish_until - time.monotonic())))
             if not run.publishing():
                 return
-            old = broker.children()["nsqmp timer"]
+            victim = "nsqmp timer" if not routers or kills % 2 == 0 else f"nsqmp router {kills // 2 % 2}"
+            kills += 1
+            old = broker.children()[victim]
             os.kill(old, signal.SIGKILL)
             limit = time.monotonic() + 15
-            while broker.children().get("nsqmp timer") in (None, old):
-                assert time.monotonic() < limit, "no new timer process"
+            while broker.children().get(victim) in (None, old):
+                assert time.monotonic() < limit, f"no new {victim}"
                 time.sleep(0.02)
             with tally.lock:
-                tally.timer_kills += 1
+                if victim == "nsqmp timer":
+                    tally.timer_kills += 1
+                else:
+                    tally.router_kills += 1
     except Exception as exc:
         with tally.lock:
             tally.errors.append(f"timer killer: {exc!r}")
@@ -378,9 +387,28 @@ def _channel(broker) -> dict | None:
     return None
 
 
+def _check_exact(ch: dict, tally: Tally, published: set[int], deliveries: int, duplicate_fins: int) -> None:
+    """Without router kills, the broker's counters must match the clients exactly."""
+    # a FIN is accepted once per message: the message leaves the channel with it
+    assert duplicate_fins == 0
+    # /stats agrees with the clients
+    assert ch["message_count"] == len(published), ch["message_count"]
+    # every delivery ended exactly one way: FIN, REQ or disconnect (requeue_count), timeout
+    assert ch["requeue_count"] + ch["timeout_count"] + sum(tally.fin_ok.values()) == deliveries, ch
+    assert ch["requeue_count"] >= tally.req_ok
+    clients = {c["client_id"]: c for c in ch["clients"]}
+    assert set(clients) == {s.name for s in tally.final_sessions}, clients.keys()
+    for s in tally.final_sessions:
+        c = clients[s.name]
+        got = (c["message_count"], c["finish_count"], c["requeue_count"], c["in_flight_count"])
+        want = (s.messages, sum(s.ok("FIN").values()), sum(s.ok("REQ").values()), 0)
+        assert got == want, (s.name, got, want)
+
+
 @pytest.mark.slow
 def test_soak_every_published_message_is_finished(broker, request):
     seconds = request.config.getoption("--soak-seconds")
+    kill_routers = request.config.getoption("--soak-kill-routers")
     tally = Tally()
     seed = random.randrange(1 << 30)
     print(f"\nsoak: {seconds:.0f} s of publishing, seed {seed}")
@@ -394,8 +422,8 @@ def test_soak_every_published_message_is_finished(broker, request):
     producers = [threading.Thread(target=producer, name=f"soak-producer-{p}", daemon=True,
                                   args=(broker.tcp_address, p, run, tally, seed + 200 + p))
                  for p in range(PRODUCERS)]
-    producers.append(threading.Thread(target=timer_killer, name="soak-timer-killer", daemon=True,
-                                      args=(broker, run, tally)))
+    producers.append(threading.Thread(target=killer, name="soak-killer", daemon=True,
+                                      args=(broker, run, tally, kill_routers)))
     for t in consumers + producers:
         t.start()
     for t in producers:
@@ -436,29 +464,19 @@ def test_soak_every_published_message_is_finished(broker, request):
           f"lost {len(lost)}, duplicate FINs accepted {duplicate_fins}; deliveries {deliveries}, "
           f"messages delivered more than once {delivered_twice} (redeliveries "
           f"{deliveries - len(published)}); actions {dict(tally.actions)}; disconnects "
-          f"{tally.disconnects}; timer kills {tally.timer_kills}; refused {dict(tally.refused)}; channel requeue_count "
+          f"{tally.disconnects}; timer kills {tally.timer_kills}, router kills {tally.router_kills}; refused {dict(tally.refused)}; channel requeue_count "
           f"{ch['requeue_count']} timeout_count {ch['timeout_count']}; publish {published_at - started:.1f}s, "
           f"drain {drained_at - published_at:.1f}s, total {time.monotonic() - started:.1f}s")
     try:
         assert published and not lost, f"lost {len(lost)}: {sorted(lost)[:20]}"
         assert not unknown, sorted(unknown)[:20]
-        # a FIN is accepted once per message: the message leaves the channel with it
-        assert duplicate_fins == 0
         assert tally.disconnects > 0 and tally.actions["timeout"] > 0 and tally.actions["touch_fin"] > 0
-        assert tally.timer_kills >= int(seconds // TIMER_KILL_EVERY) - 1
-        # /stats agrees with the clients
+        assert tally.timer_kills + tally.router_kills >= int(seconds // TIMER_KILL_EVERY) - 1
         assert (ch["depth"], ch["in_flight_count"], ch["deferred_count"], ch["topic_depth"]) == (0, 0, 0, 0)
-        assert ch["message_count"] == len(published), ch["message_count"]
-        # every delivery ended exactly one way: FIN, REQ or disconnect (requeue_count), timeout
-        assert ch["requeue_count"] + ch["timeout_count"] + sum(tally.fin_ok.values()) == deliveries, ch
-        assert ch["requeue_count"] >= tally.req_ok
-        clients = {c["client_id"]: c for c in ch["clients"]}
-        assert set(clients) == {s.name for s in tally.final_sessions}, clients.keys()
-        for s in tally.final_sessions:
-            c = clients[s.name]
-            got = (c["message_count"], c["finish_count"], c["requeue_count"], c["in_flight_count"])
-            want = (s.messages, sum(s.ok("FIN").values()), sum(s.ok("REQ").values()), 0)
-            assert got == want, (s.name, got, want)
+        # after a router kill, FINs not yet in its ack log are redelivered (allowed) and
+        # its counters start again: only the no-loss checks above apply
+        if not kill_routers:
+            _check_exact(ch, tally, published, deliveries, duplicate_fins)
     finally:
         run.done.set()
         for t in consumers:

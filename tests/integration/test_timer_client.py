@@ -450,6 +450,44 @@ def test_cls_stops_delivery_and_lets_in_flight_finish(broker):
         conn.close_stream()
 
 
+@pytest.mark.parametrize("cmd", ["finish", "requeue", "touch"])
+def test_only_the_connection_a_message_was_sent_to_may_answer_it(broker, cmd):
+    """gnsq: FIN, REQ or TOUCH from another connection of the channel is refused with a
+    non-fatal E_*_FAILED; the owner's answer still counts."""
+    import gnsq
+
+    def subscriber(name: str, rdy: int) -> gnsq.NsqdTCPClient:
+        conn = gnsq.NsqdTCPClient("127.0.0.1", broker.tcp_port, timeout=10.0, client_id=name)
+        conn.connect()
+        conn.identify()
+        conn.subscribe("t_own", "ch")
+        assert conn.read_response() == (0, b"OK")
+        conn.ready(rdy)
+        return conn
+
+    owner, other = subscriber("owner", 1), subscriber("other", 0)
+    try:
+        gnsq.NsqdHTTPClient("127.0.0.1", broker.http_port).publish("t_own", b"mine")
+        frame, message = owner.read_response()
+        assert frame == 2 and message.body == b"mine"
+        getattr(other, cmd)(message.id)
+        frame, error = other.read_response()
+        code = {"finish": "FIN", "requeue": "REQ", "touch": "TOUCH"}[cmd]
+        kind = {"FIN": gnsq.errors.NSQFinishFailed, "REQ": gnsq.errors.NSQRequeueFailed,
+                "TOUCH": gnsq.errors.NSQTouchFailed}[code]
+        assert frame == 1 and isinstance(error, kind) and not error.fatal
+        assert error.args == (f"{code} {message.id.decode()} failed client does not own message".encode(),)
+        other.nop()
+        message.finish()  # still the owner's
+        ch = wait_for(lambda: (x := channel_stats(broker, "t_own", "ch"))["in_flight_count"] == 0 and x,
+                      what="the owner's FIN")
+        assert (ch["depth"], ch["requeue_count"]) == (0, 0), ch
+        assert {c["client_id"]: c["finish_count"] for c in ch["clients"]} == {"owner": 1, "other": 0}
+    finally:
+        owner.close_stream()
+        other.close_stream()
+
+
 # -- the timer process dies ----------------------------------------------------------------------
 
 def test_kill_9_of_the_timer_during_deferrals_and_timeouts_loses_nothing(broker):

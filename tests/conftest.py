@@ -8,6 +8,15 @@ import pytest
 from tests.harness import Broker
 
 
+def pytest_addoption(parser):
+    parser.addoption("--soak-seconds", type=float, default=15.0,
+                     help="publishing time of tests/integration/test_soak.py (default 15, short "
+                          "for CI; the full soak: --soak-seconds 60)")
+    parser.addoption("--soak-kill-routers", action="store_true",
+                     help="the soak also kills the routers (every other kill): only the no-loss "
+                          "checks apply, since a killed router's counters start again")
+
+
 @pytest.fixture
 def broker(tmp_path):
     """A running broker with the default process graph, stopped (or killed) after the test."""

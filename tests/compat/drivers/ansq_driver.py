@@ -4,7 +4,7 @@ ansq 0.3.0 implements no TLS, snappy or deflate upgrade (its NSQConnection raise
 NotImplementedError when the IDENTIFY response enables one), so only plain TCP is
 driven here; test_ansq.py shows the NotImplementedError. Its Reader keeps RDY 1 per
 connection and its Reader/Writer never send AUTH, so the auth scenario uses ansq's
-own connection API (open_connection, auth, subscribe).
+own connection API (open_connection, auth, sub); see auth() for what ansq then does.
 """
 from __future__ import annotations
 
@@ -108,32 +108,46 @@ async def heartbeat(args: argparse.Namespace) -> None:
     await reader.close()
 
 
-def describe(response) -> str:
-    return "OK" if getattr(response, "is_ok", False) else str(response)
+def describe(answer) -> str:
+    """An ansq answer or exception as text: OK, the error frame, or the exception."""
+    if isinstance(answer, BaseException):
+        return f"{type(answer).__name__}: {answer}"
+    return "OK" if getattr(answer, "is_ok", False) else str(answer)
+
+
+async def attempt(call) -> object:
+    try:
+        return await asyncio.wait_for(call, 5)
+    except Exception as exc:  # what ansq raised is the result being reported
+        return exc
 
 
 async def auth(args: argparse.Namespace) -> None:
+    """ansq sends AUTH only when asked (conn.auth); every step is reported as it came.
+
+    ansq 0.3.0 never marks a connection authorized after a successful AUTH
+    (TCPConnection._is_authorized stays False), so once the broker says auth_required it
+    refuses every later command itself with NSQUnauthorized before sending it.
+    """
     host, port = args.address.rsplit(":", 1)
     result: dict = {}
     for key, topic in (("pub_allowed", args.topic), ("pub_denied", args.denied_topic)):
         conn = await open_connection(host, int(port), connection_options=options(args))
-        result["identify_auth_required"] = conn.is_auth_required
-        result.setdefault("auth", describe(await conn.auth(args.auth_secret)))
-        result[key] = describe(await asyncio.wait_for(conn.pub(topic, b"secret-body"), 5))
+        result["auth_required"] = conn.is_auth_required
+        answer = await attempt(conn.auth(args.auth_secret))
+        result.setdefault("auth", describe(answer) if isinstance(answer, BaseException) else answer.body.decode())
+        result[key] = describe(await attempt(conn.pub(topic, b"secret-body")))
         await conn.close()
     for key, topic in (("sub_allowed", args.topic), ("sub_denied", args.denied_topic)):
         conn = await open_connection(host, int(port), connection_options=options(args))
-        await conn.auth(args.auth_secret)
-        answer = await asyncio.wait_for(conn.sub(topic, args.channel), 5)
+        await attempt(conn.auth(args.auth_secret))
+        answer = await attempt(conn.sub(topic, args.channel))
         got: list[str] = []
-        errors: list[str] = [] if getattr(answer, "is_ok", False) else [str(answer)]
+        errors = [] if describe(answer) == "OK" else [describe(answer)]
         if not errors:
             await conn.rdy(1)
-            try:
-                message = await asyncio.wait_for(conn.wait_for_message(), 5)
-            except asyncio.TimeoutError:
-                message = None
-            if message is not None:
+            message = await attempt(conn.wait_for_message())
+            if message is not None and not isinstance(message, BaseException):
                 got.append(message.body.decode())
                 await message.fin()
         result[key] = {"received": got, "errors": errors}

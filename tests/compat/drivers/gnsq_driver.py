@@ -32,7 +32,7 @@ def conn_options(args: argparse.Namespace) -> dict:
     if args.deflate:
         opts.update(deflate=True, deflate_level=6)
     if args.auth_secret:
-        opts["auth_secret"] = args.auth_secret
+        opts["auth_secret"] = args.auth_secret.encode()  # gnsq sends it as the body as is
     return opts
 
 
@@ -173,13 +173,18 @@ def redelivery(args: argparse.Namespace) -> None:
 
 def heartbeat(args: argparse.Namespace) -> None:
     consumer = gnsq.Consumer(args.topic, args.channel, [args.address],
-                             message_handler=lambda c, m: None, max_in_flight=1, **conn_options(args))
+                             message_handler=lambda consumer, message: None, max_in_flight=1, **conn_options(args))
     consumer.start(block=False)
     assert wait_until(lambda: any(c.is_connected for c in consumer._connections),
                       time.monotonic() + 10), "gnsq Consumer did not connect"
     cli.emit("subscribed")
     wait_stdin_line()
     consumer.close()
+
+
+def describe(error: BaseException) -> str:
+    """gnsq drops the E_* code from the text; its exception class's docstring names it."""
+    return f"{type(error).__name__} ({(type(error).__doc__ or '').strip()}): {error}"
 
 
 def auth(args: argparse.Namespace) -> None:
@@ -190,19 +195,18 @@ def auth(args: argparse.Namespace) -> None:
         try:
             result[key] = repr(p.publish(topic, b"secret-body", timeout=5))
         except (NSQException, gevent.Timeout) as e:
-            result[key] = f"{type(e).__name__}: {e}"
+            result[key] = describe(e)
         p.close()
     for key, topic in (("sub_allowed", args.topic), ("sub_denied", args.denied_topic)):
         got: list[str] = []
         errors: list[str] = []
         consumer = gnsq.Consumer(topic, args.channel, [args.address], max_in_flight=1,
-                                 message_handler=lambda c, m: got.append(m.body.decode()),
+                                 message_handler=lambda consumer, message: got.append(message.body.decode()),
                                  **conn_options(args))
-        consumer.on_error.connect(lambda c, error: errors.append(f"{type(error).__name__}: {error}"),
-                                  weak=False)
+        consumer.on_error.connect(lambda consumer, error: errors.append(describe(error)), weak=False)
         consumer.start(block=False)
         wait_until(lambda: got or errors, min(deadline, time.monotonic() + 5))
-        result[key] = {"received": got, "errors": errors}
+        result[key] = {"received": list(got), "errors": list(errors)}
         consumer.close()
     cli.emit("auth", **result)
 

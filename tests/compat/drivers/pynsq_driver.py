@@ -154,11 +154,17 @@ async def auth(args: argparse.Namespace) -> None:
         errors: list[str] = []
         reader = nsq.Reader(topic, args.channel, lambda m: got.append(m.body) or True,
                             nsqd_tcp_addresses=[args.address], max_in_flight=1, **conn_options(args))
-        reader.on(nsq.event.ERROR, lambda conn, error: errors.append(str(error)))
+        log_error = reader._on_connection_error  # pynsq has no public hook for a reader's errors
+
+        def on_error(conn, error, log_error=log_error, errors=errors, **kwargs) -> None:
+            errors.append(str(error))
+            log_error(conn, error, **kwargs)
+
+        reader._on_connection_error = on_error  # bound when the connection is made, later
         end = min(deadline, time.monotonic() + 5)
         while not got and not errors and time.monotonic() < end:
             await asyncio.sleep(0.02)
-        result[key] = {"received": [b.decode() for b in got], "errors": errors}
+        result[key] = {"received": [b.decode() for b in got], "errors": list(errors)}
         close_reader(reader)
     cli.emit("auth", **result)
     for conn in writer.conns.values():

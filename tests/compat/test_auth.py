@@ -14,7 +14,6 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.auth_server import AuthServer
 from tests.compat.driving import Driver
 
 SECRET = "compat-s3cret"
@@ -23,6 +22,10 @@ LIBRARIES = ["pynsq", "gnsq", "nsqjs"]
 
 @pytest.fixture(scope="module")
 def auth_server():
+    # imported here, not at the top: until the auth branch (which brings tests/auth_server.py
+    # and the broker's AUTH) is merged, these four tests error and the rest of the suite runs
+    from tests.auth_server import AuthServer
+
     server = AuthServer().start()
     server.grant(SECRET, [{"topic": "^allowed-", "channels": [".*"], "permissions": ["subscribe", "publish"]}],
                  identity="compat-user")

@@ -14,6 +14,7 @@ import signal
 import setproctitle
 import uvloop
 
+from nsqmp import memstats
 from nsqmp.ipc.control import READY, ControlBlock
 from nsqmp.ipc.doorbell import Doorbell
 from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
@@ -55,6 +56,7 @@ class Role:
 
         die_with_parent()
         setproctitle.setproctitle(self.title)
+        memstats.install()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         self.loop = uvloop.new_event_loop()

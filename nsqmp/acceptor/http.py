@@ -15,6 +15,7 @@ import orjson
 
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
+from nsqmp.memstats import FIELDS as MEMORY_FIELDS
 from nsqmp.protocol.errors import ClientError
 from nsqmp.protocol.names import is_valid_name
 
@@ -241,22 +242,38 @@ async def h_stats(server, req: Request):
     fmt = req.query.get("format", "text")
     topic = req.query.get("topic")
     channel = req.query.get("channel")
-    include_clients = req.query.get("include_clients", "true") not in ("false", "0")
+    include_clients = _bool_param(req.query.get("include_clients"), True)
+    include_mem = _bool_param(req.query.get("include_mem"), True)
     topics = await server.gather_stats(topic, channel, include_clients)
     stats = {
         "version": VERSION,
         "health": f"NOK - {server.health}" if server.health else "OK",
         "start_time": server.start_time,
         "topics": topics,
-        "producers": [],
     }
+    if include_mem:  # omitempty in nsqd
+        stats["memory"] = await server.gather_memory()
+    stats["producers"] = []
     if fmt == "json":
         return 200, orjson.dumps(stats), _JSON
     return 200, render_text(stats).encode(), _TEXT
 
 
+# nsqd's boolParams: these spellings are read, anything else keeps the default
+_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _bool_param(value: str | None, default: bool) -> bool:
+    return _BOOLS.get(value, default) if value is not None else default
+
+
 def render_text(stats: dict) -> str:
     lines = [f"nsqd v{VERSION} (nsqmp)", f"start_time {stats['start_time']}", f"Health: {stats['health']}", ""]
+    memory = stats.get("memory")
+    if memory is not None:  # nsqd's "   %-25s\t%d" lines
+        lines.append("Memory:")
+        lines += [f"   {name:<25}\t{memory[name]}" for name in MEMORY_FIELDS]
+        lines.append("")
     if not stats["topics"]:
         lines.append("Topics: None")
     for t in stats["topics"]:

@@ -136,7 +136,7 @@ def response(opts: Any, settings: ClientSettings) -> bytes:
         "max_deflate_level": opts.max_deflate_level,
         "snappy": settings.snappy,
         "sample_rate": settings.sample_rate,
-        "auth_required": False,
+        "auth_required": bool(opts.auth_http_addresses),
         "output_buffer_size": settings.output_buffer_size,
         "output_buffer_timeout": settings.output_buffer_timeout_ms,
     })

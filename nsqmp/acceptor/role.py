@@ -11,9 +11,11 @@ import time
 
 import orjson
 
+from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.http import HttpConnection
 from nsqmp.acceptor.publisher import Publisher, router_for
 from nsqmp.acceptor.tcp import V2Connection
+from nsqmp import memstats
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.roles import Role
@@ -71,6 +73,7 @@ class Acceptor(Role):
     def setup(self) -> None:
         self.tls_context = _tls_context(self.opts)
         self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
+        self.auth = AuthClient(self.opts)
         self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())
@@ -132,6 +135,11 @@ class Acceptor(Role):
             conn.transport.pause_reading()
             self._paused.add(conn)
 
+    def resume_reading(self, conn: V2Connection) -> None:
+        """Read from conn again, unless it is held back by a full ring."""
+        if conn.transport is not None and not conn.closed and conn not in self._paused:
+            conn.transport.resume_reading()
+
     def _resume_publishers(self) -> None:
         for conn in self._paused:
             if conn.transport is not None and not conn.closed:
@@ -145,6 +153,13 @@ class Acceptor(Role):
         topics = [t for reply in replies for t in reply.get("topics", [])]
         topics.sort(key=lambda t: t["topic_name"])
         return topics
+
+    async def gather_memory(self) -> dict:
+        """nsqd's "memory" block: this process and every router sampled, every broker
+        process's resident memory read from /proc (see nsqmp.memstats)."""
+        samples = [memstats.sample()] + await self.ask_routers({"op": "memory"})
+        pids = [self.plan.run_pid] + [self.control.read(slot)[0] for slot in range(self.plan.slots)]
+        return memstats.combine(samples, pids)
 
     async def ask_routers(self, request: dict, slots: list[int] | None = None) -> list[dict]:
         """Send a control request to routers (all, or `slots`) and gather their replies."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import orjson
 
+from nsqmp.acceptor.auth import AuthFailed, AuthState
 from nsqmp.acceptor.identify import ClientSettings, IdentifyError, negotiate, response
 from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.ipc import records
@@ -36,6 +37,10 @@ _U32 = struct.Struct(">i")
 
 class NeedMore(Exception):
     """The buffer does not yet hold the whole command."""
+
+
+class Suspended(Exception):
+    """The command waits for something (an auth server): parse it again once that is done."""
 
 
 class V2Connection(asyncio.Protocol):
@@ -59,10 +64,16 @@ class V2Connection(asyncio.Protocol):
         self._read_deadline: asyncio.TimerHandle | None = None
         self.closed = False
         self.paused = False
-        # SUB is answered once the router has the channel (as nsqd creates it before its
-        # OK): until then nothing after the SUB is parsed, so responses stay in order
-        self.sub_pending = False
+        # what parsing waits for, or "": SUB is answered once the router has the channel
+        # (as nsqd creates it before its OK), the TLS handshake, an auth server's answer.
+        # Until then nothing more is parsed, so responses stay in order.
+        self.waiting_for = ""
         self.tls = False
+        self.remote_ip = ""
+        # AUTH: the secret and the auth server's last answer (nsqd's AuthSecret/AuthState)
+        self.auth_secret = b""
+        self.auth_state: AuthState | None = None
+        self._auth_fresh = False  # an answer just fetched for the command being re-parsed
         # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
         self._encode: Callable[[bytes], bytes] | None = None
         self._decode: Callable[[bytes], bytes] | None = None
@@ -73,6 +84,7 @@ class V2Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername") or ("", 0)
         self.remote = f"{peer[0]}:{peer[1]}"
         host = str(peer[0])
+        self.remote_ip = host
         self.settings.client_id = host
         self.settings.hostname = host
         self.server.connections[self.conn] = self
@@ -138,6 +150,9 @@ class V2Connection(asyncio.Protocol):
         self._heartbeat = self._read_deadline = None
 
     def _silent_too_long(self) -> bool:
+        # nsqd's read deadline only runs while it reads: not while a command is being served
+        if self.waiting_for:
+            return False
         # 5 ms of slack: the loop's timers have millisecond resolution
         return time.monotonic() - self.last_read >= 2 * self.settings.heartbeat_interval_ms / 1000 - 0.005
 
@@ -177,7 +192,7 @@ class V2Connection(asyncio.Protocol):
             del buf[:4]
         pos = 0
         try:
-            while not self.closed and not self.sub_pending:
+            while not self.closed and not self.waiting_for:
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
                     if len(buf) - pos > _MAX_LINE:
@@ -195,7 +210,7 @@ class V2Connection(asyncio.Protocol):
                         E.E_INVALID, f"cannot {params[0].decode()} in current state (TLS required)")
                 try:
                     end = handler(self, params, buf, nl + 1)
-                except NeedMore:
+                except (NeedMore, Suspended):
                     break
                 except FatalClientError:
                     raise
@@ -255,7 +270,7 @@ class V2Connection(asyncio.Protocol):
             self.write(OK_FRAME)
         if self.settings.tls:
             # nothing more is read in the clear: the client's next bytes are its ClientHello
-            self.sub_pending = True
+            self.waiting_for = "TLS"
             assert self.transport is not None  # IDENTIFY arrived through it
             self.transport.pause_reading()
             self.server.loop.create_task(self._start_tls(bytes(buf[end:])))
@@ -283,7 +298,7 @@ class V2Connection(asyncio.Protocol):
         self.write(OK_FRAME)
         if self.settings.snappy or self.settings.deflate:
             self._upgrade(self.buf, len(self.buf))
-        self.sub_pending = False
+        self.waiting_for = ""
         self._process()
 
     def _upgrade(self, buf: bytearray, end: int) -> None:
@@ -320,6 +335,7 @@ class V2Connection(asyncio.Protocol):
                 raise FatalClientError(E.E_BAD_MESSAGE, f"PUB message too big {size} > {max_size}")
 
         body, end = self._body(buf, start, check)
+        self._check_auth("PUB", topic, b"")
         self._publish(topic, [body], E.E_PUB_FAILED, "PUB")
         return end
 
@@ -329,6 +345,7 @@ class V2Connection(asyncio.Protocol):
         topic = params[1]
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"E_BAD_TOPIC MPUB topic name {_q(topic)} is not valid")
+        self._check_auth("MPUB", topic, b"")  # before the body, as nsqd
         max_body = self.opts.max_body_size
 
         def check(size: int) -> None:
@@ -364,6 +381,7 @@ class V2Connection(asyncio.Protocol):
                 raise FatalClientError(E.E_BAD_MESSAGE, f"DPUB message too big {size} > {max_size}")
 
         body, end = self._body(buf, start, check)
+        self._check_auth("DPUB", topic, b"")
         self._publish(topic, [body], E.E_DPUB_FAILED, "DPUB", defer_ms)
         return end
 
@@ -392,18 +410,19 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(E.E_BAD_TOPIC, f"SUB topic name {_q(topic)} is not valid")
         if not is_valid_name(channel):
             raise FatalClientError(E.E_BAD_CHANNEL, f"SUB channel name {_q(channel)} is not valid")
+        self._check_auth("SUB", topic, channel)
         self.topic, self.channel = topic, channel
         self.router = self.server.router_slot(topic)
         self.state = STATE_SUBSCRIBED
-        self.sub_pending = True
+        self.waiting_for = "SUB"
         self.send_sub()
         return start
 
     def sub_confirmed(self) -> None:
         """The router created the channel: answer the SUB, then read on."""
-        if not self.sub_pending:
+        if self.waiting_for != "SUB":
             return  # a re-sent SUB (router restart) of a connection already answered
-        self.sub_pending = False
+        self.waiting_for = ""
         self.write(OK_FRAME)
         self._process()
 
@@ -416,6 +435,7 @@ class V2Connection(asyncio.Protocol):
             "msg_timeout": s.msg_timeout_ms, "sample_rate": s.sample_rate,
             "acceptor": self.server.index,
             "snappy": s.snappy, "deflate": s.deflate, "tls": self.tls,
+            **self._auth_stats(),
         })
         ep = self.server.endpoint
         ep.send(self.router, records.sub(self.conn, self.topic, self.channel, info))
@@ -423,6 +443,109 @@ class V2Connection(asyncio.Protocol):
             ep.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, self.rdy))
         if self.state == STATE_CLOSING:
             ep.send(self.router, records.CONN.pack(records.CLS, self.conn))
+
+    # -- AUTH ------------------------------------------------------------------------
+    def cmd_auth(self, params, buf, start) -> int:
+        if self.state != STATE_INIT:
+            raise FatalClientError(E.E_INVALID, "cannot AUTH in current state")
+        if len(params) != 1:
+            raise FatalClientError(E.E_INVALID, "AUTH invalid number of parameters")
+        max_body = self.opts.max_body_size
+
+        def check(size: int) -> None:
+            if size > max_body:
+                raise FatalClientError(E.E_BAD_BODY, f"AUTH body too big {size} > {max_body}")
+            if size <= 0:
+                raise FatalClientError(E.E_BAD_BODY, f"AUTH invalid body size {size}")
+
+        body, end = self._body(buf, start, check)
+        if self.auth_state is not None and self.auth_state.authorizations:
+            raise FatalClientError(E.E_INVALID, "AUTH already set")
+        if not self.server.auth.enabled:
+            raise FatalClientError(E.E_AUTH_DISABLED, "AUTH disabled")
+        self.auth_secret = body
+        self._query_auth(first=True)
+        return end
+
+    def _check_auth(self, cmd: str, topic: bytes, channel: bytes) -> None:
+        """nsqd's CheckAuth: authorized first, re-asked once the answer's ttl has passed,
+        then the topic (and channel, for SUB) must be allowed. A re-ask suspends the
+        command; it is parsed again when the answer is in."""
+        if not self.server.auth.enabled:
+            return
+        state = self.auth_state
+        if state is None or not state.authorizations:
+            raise FatalClientError(E.E_AUTH_FIRST, f"AUTH required before {cmd}")
+        if self._auth_fresh:
+            self._auth_fresh = False
+        elif state.expires < self.server.loop.time():
+            self._query_auth(first=False)
+            raise Suspended
+        if not state.allows(topic.decode(), channel.decode()):
+            raise FatalClientError(E.E_UNAUTHORIZED, f"AUTH failed for {cmd} on {_q(topic)} {_q(channel)}")
+
+    def _query_auth(self, first: bool) -> None:
+        """Ask the auth servers off the parse path: nothing more is read meanwhile."""
+        self.waiting_for = "AUTH"
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.server.loop.create_task(self._auth(first))
+
+    async def _auth(self, first: bool) -> None:
+        try:
+            state = await self.server.auth.query(
+                self.remote_ip, self.tls, self._common_name(), self.auth_secret, self.server.loop.time())
+        except Exception as exc:  # AuthFailed, or a bug: the client only learns that AUTH failed
+            if not isinstance(exc, AuthFailed):
+                log.exception("%s: AUTH query failed", self.remote)
+            # errors contacting the auth server are not for untrusted clients' eyes
+            log.warning("%s: AUTH failed %s", self.remote, exc)
+            self.waiting_for = ""
+            self.send_error(FatalClientError(E.E_AUTH_FAILED, "AUTH failed"))
+            return
+        if self.closed:
+            return
+        self.auth_state = state
+        self.waiting_for = ""
+        self.last_read = time.monotonic()  # the silence deadline starts again with reading
+        if first:
+            if not state.authorizations:
+                self.send_error(FatalClientError(E.E_UNAUTHORIZED, "AUTH no authorizations found"))
+                return
+            self.write(response_frame(orjson.dumps({
+                "identity": state.identity, "identity_url": state.identity_url,
+                "permission_count": len(state.authorizations)})))
+        else:
+            self._auth_fresh = True
+        self.server.resume_reading(self)
+        self._process()
+
+    def _common_name(self) -> str:
+        """CN of the client's TLS certificate, if it sent one (Go keeps the last CN)."""
+        if not self.tls or self.transport is None:
+            return ""
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        cn = ""
+        for rdn in (cert or {}).get("subject", ()):
+            for key, value in rdn:
+                if key == "commonName":
+                    cn = value
+        return cn
+
+    def _auth_stats(self) -> dict:
+        """authed / auth_identity / auth_identity_url for /stats, omitted when empty (as nsqd)."""
+        state = self.auth_state
+        if state is None:
+            return {}
+        out: dict = {}
+        if state.authorizations:
+            out["authed"] = True
+        if state.identity:
+            out["auth_identity"] = state.identity
+        if state.identity_url:
+            out["auth_identity_url"] = state.identity_url
+        return out
 
     def cmd_rdy(self, params, buf, start) -> int:
         if self.state == STATE_CLOSING:
@@ -514,6 +637,7 @@ def _q(name: bytes) -> str:
 
 COMMANDS: dict[bytes, Callable[..., int]] = {
     b"IDENTIFY": V2Connection.cmd_identify,
+    b"AUTH": V2Connection.cmd_auth,
     b"PUB": V2Connection.cmd_pub,
     b"MPUB": V2Connection.cmd_mpub,
     b"SUB": V2Connection.cmd_sub,

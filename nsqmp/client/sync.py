@@ -77,6 +77,14 @@ class Connection:
             raise NSQError(frame.data.decode())
         return orjson.loads(frame.data) if frame.data != b"OK" else None
 
+    def auth(self, secret: str | bytes) -> dict:
+        """AUTH; the server's {"identity", "identity_url", "permission_count"}."""
+        self.send(wire.auth(secret))
+        frame = self.read_frame()
+        if frame.type == wire.FRAME_ERROR:
+            raise NSQError(frame.data.decode())
+        return orjson.loads(frame.data)
+
     def pub(self, topic: str, body: bytes) -> None:
         self.send(wire.pub(topic, body))
         self.expect_ok()

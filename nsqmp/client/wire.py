@@ -26,6 +26,11 @@ def identify(data: dict) -> bytes:
     return b"IDENTIFY\n" + _I32.pack(len(body)) + body
 
 
+def auth(secret: str | bytes) -> bytes:
+    body = _b(secret)
+    return b"AUTH\n" + _I32.pack(len(body)) + body
+
+
 def pub(topic: str | bytes, body: bytes) -> bytes:
     return b"PUB " + _b(topic) + b"\n" + _I32.pack(len(body)) + body
 

@@ -919,7 +919,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "tls-root-ca-file", PATH, "",
-        "Path to a PEM bundle of CAs used to verify client certificates.",
+        "Path to a PEM bundle of CAs used to verify client certificates and, instead of the "
+        "system roots, the certificates of https auth servers.",
         section="tls", allow_empty=True,
     ),
     Option(

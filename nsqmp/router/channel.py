@@ -107,6 +107,8 @@ class Channel:
                     "deflate": info.get("deflate", False),
                     "snappy": info.get("snappy", False),
                     "user_agent": info.get("user_agent", ""),
+                    # omitempty in nsqd: present only for authorized connections
+                    **{k: info[k] for k in ("authed", "auth_identity", "auth_identity_url") if info.get(k)},
                     "tls": info.get("tls", False),
                     "tls_cipher_suite": "",
                     "tls_version": "",

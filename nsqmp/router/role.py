@@ -11,6 +11,7 @@ import time
 
 import orjson
 
+from nsqmp import memstats
 from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import message_frame
@@ -519,6 +520,8 @@ class Router(Role):
                 t.stats(request.get("channel"), request.get("include_clients", True))
                 for name, t in self.topics.items() if want is None or name.decode() == want
             ]}
+        elif op == "memory":
+            reply = memstats.sample()
         else:
             from nsqmp.router import admin
 

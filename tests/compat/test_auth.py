@@ -2,8 +2,7 @@
 
 The auth server grants publish and subscribe on one topic (``^allowed-``) to one
 secret. Each library, given that secret, must be let through on that topic and refused
-with E_UNAUTHORIZED on another. These tests need the broker's AUTH
-(--auth-http-address).
+with E_UNAUTHORIZED on another (the broker runs with --auth-http-address).
 
 ansq 0.3.0 cannot use AUTH with any nsqd: it sends AUTH and gets the broker's answer,
 but never marks the connection authorized, so it refuses every later command itself.
@@ -14,7 +13,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from tests.auth_server import AuthServer
 from tests.compat.driving import Driver
+from tests.harness import Broker
 
 SECRET = "compat-s3cret"
 LIBRARIES = ["pynsq", "gnsq", "nsqjs"]
@@ -22,10 +23,6 @@ LIBRARIES = ["pynsq", "gnsq", "nsqjs"]
 
 @pytest.fixture(scope="module")
 def auth_server():
-    # imported here, not at the top: until the auth branch (which brings tests/auth_server.py
-    # and the broker's AUTH) is merged, these four tests error and the rest of the suite runs
-    from tests.auth_server import AuthServer
-
     server = AuthServer().start()
     server.grant(SECRET, [{"topic": "^allowed-", "channels": [".*"], "permissions": ["subscribe", "publish"]}],
                  identity="compat-user")
@@ -35,8 +32,6 @@ def auth_server():
 
 @pytest.fixture(scope="module")
 def auth_broker(tmp_path_factory, auth_server):
-    from tests.harness import Broker
-
     b = Broker(tmp_path_factory.mktemp("auth-broker") / "data", "--auth-http-address", auth_server.address).start()
     yield b
     if b.proc is not None and b.proc.poll() is None:

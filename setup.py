@@ -5,8 +5,8 @@ setup(
     ext_modules=[
         Extension(
             "nsqmp._native",
-            sources=["native/module.c", "native/ring.c", "native/heap.c"],
-            depends=["native/ring.h", "native/heap.h"],
+            sources=["native/module.c", "native/ring.c", "native/heap.c", "native/parser.c"],
+            depends=["native/ring.h", "native/heap.h", "native/parser.h"],
             include_dirs=["native"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
         )

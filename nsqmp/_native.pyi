@@ -45,3 +45,34 @@ class DeadlineHeap:
     def next_deadline(self) -> int | None: ...
     def pop_due(self, now: int, max_count: int | None = None) -> list[tuple[int, bytes]]: ...
     def forget_owner(self, owner: int, /) -> int: ...
+
+MAX_LINE: int
+NO_BODY: int
+BODY_PENDING: int
+BODY_INVALID: int
+SCAN_NEED_MORE: int
+SCAN_MORE: int
+SCAN_BODY_PENDING: int
+SCAN_BAD_BODY: int
+SCAN_LINE_TOO_LONG: int
+
+class Parser:
+    """Framing of NSQ V2 commands in a read buffer; see native/parser.h and nsqmp/protocol/pyparser.py."""
+
+    def __new__(cls, max_msg_size: int, max_body_size: int, max_line: int = 16384) -> Parser: ...
+    @property
+    def max_msg_size(self) -> int: ...
+    @property
+    def max_body_size(self) -> int: ...
+    @property
+    def max_line(self) -> int: ...
+    def scan(
+        self, buf: Buffer, pos: int = 0, max_commands: int = 1024
+    ) -> tuple[list[tuple[tuple[bytes, ...], int, int, int]], int, int, tuple[str, str] | None]: ...
+
+def split_mpub(
+    buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
+) -> tuple[list[bytes] | None, tuple[str, str] | None]: ...
+def mpub_spans(
+    buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
+) -> tuple[bytes | None, tuple[str, str] | None]: ...

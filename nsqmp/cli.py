@@ -117,8 +117,8 @@ def cmd_check_config(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("writer", "reader", "ring", "heap", "timer", "suite", "tuning"):
-        print("usage: nsqmp bench {writer,reader,timer,suite,tuning,ring,heap} [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("writer", "reader", "ring", "heap", "parser", "timer", "suite", "tuning"):
+        print("usage: nsqmp bench {writer,reader,timer,suite,tuning,ring,heap,parser} [options]", file=sys.stderr)
         return 2
     if argv[0] == "ring":
         from nsqmp.ipc import ringbench
@@ -128,6 +128,10 @@ def cmd_bench(argv: list[str]) -> int:
         from nsqmp.timer import heapbench
 
         return heapbench.main(argv[1:]) or 0
+    if argv[0] == "parser":
+        from nsqmp.protocol import parserbench
+
+        return parserbench.main(argv[1:]) or 0
     if argv[0] == "timer":
         from nsqmp.bench import timer
 
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
               "  nsqd           run the broker with nsqd's command line (also: nsqmp-nsqd)\n"
               "  lookupd        run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)\n"
               "  check-config   validate a TOML config file and print the resolved options\n"
-              "  bench          writer/reader load generators and the ring benchmark",
+              "  bench          writer/reader load generators; ring, heap and parser benchmarks",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return COMMANDS[argv[0]](argv[1:])

@@ -16,8 +16,8 @@ import orjson
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.memstats import FIELDS as MEMORY_FIELDS
-from nsqmp.protocol.errors import ClientError
 from nsqmp.protocol.names import is_valid_name
+from nsqmp.protocol.parser import split_mpub
 
 log = logging.getLogger("nsqmp.acceptor")
 
@@ -47,6 +47,10 @@ class Request:
         self.keep_alive = keep_alive
 
 
+_GO_BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                   b"Connection: close\r\n\r\n400 Bad Request")
+
+
 class HttpConnection(asyncio.Protocol):
     def __init__(self, server, secure: bool = False) -> None:
         self.server = server
@@ -69,7 +73,11 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._write_raw(400, b"", _TEXT, False)
         except httptools.HttpParserError:
-            self._write_raw(400, b"Bad Request", _TEXT, False)
+            # what Go's net/http writes for a request it cannot parse (nsqd adds nothing)
+            if self.transport is not None:
+                self.transport.write(_GO_BAD_REQUEST)
+                self.transport.close()
+                self.transport = None
 
     def connection_lost(self, exc) -> None:
         self.transport = None
@@ -222,12 +230,10 @@ async def h_mpub(server, req: Request):
     topic = _topic(req)
     binary = req.query.get("binary", "false") not in ("false", "0")
     if binary:
-        from nsqmp.acceptor.tcp import parse_mpub
-
-        try:
-            bodies = parse_mpub(req.body, opts.max_msg_size, opts.max_body_size)
-        except ClientError as err:
-            raise HttpError(413, err.code[2:]) from None
+        split, bad = split_mpub(req.body, 0, len(req.body), opts.max_msg_size, opts.max_body_size)
+        if split is None:
+            raise HttpError(413, bad[0][2:])  # E_BAD_BODY -> BAD_BODY, as nsqd's /mpub
+        bodies = split
     else:
         bodies = [line for line in req.body.split(b"\n") if line]
         for line in bodies:

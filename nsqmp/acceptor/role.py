@@ -18,6 +18,7 @@ from nsqmp.acceptor.tcp import V2Connection
 from nsqmp import memstats
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
+from nsqmp.protocol.parser import Parser
 from nsqmp.roles import Role
 
 # a publisher stops being read while this many records wait for a full ring
@@ -75,6 +76,7 @@ class Acceptor(Role):
         self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
         self.auth = AuthClient(self.opts)
         self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
+        self.parser = Parser(self.opts.max_msg_size, self.opts.max_body_size)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())
         if self.opts.sync_timeout > 0:

@@ -1,8 +1,10 @@
 """The NSQ TCP protocol V2 on one connection: framing, state machine, one handler per command.
 
-`data_received` appends to a buffer and runs the parse loop; each complete command goes to
-its handler from COMMANDS (keyed by the wire token). Handlers raise ClientError (the
-connection stays) or FatalClientError (error frame, then close), as nsqd does.
+`data_received` appends to a buffer and runs the parse loop: one scan of the buffer by the
+command parser (native, `nsqmp.protocol.parser`) yields every complete command, and each goes
+to its handler from COMMANDS (keyed by the wire token) with its params and the offset and
+size of its body in the buffer. Handlers raise ClientError (the connection stays) or
+FatalClientError (error frame, then close), as nsqd does.
 Consumer-side commands become records for the topic's router; deliveries come back as
 ready-made frames that are written as they are.
 """
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
+import os
+import socket
 import time
 import zlib
 from collections.abc import Callable
@@ -27,12 +30,14 @@ from nsqmp.protocol.frames import (
     CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, MAGIC_V2, OK_FRAME, error, response as response_frame,
 )
 from nsqmp.protocol.names import is_valid_name
+from nsqmp.protocol.parser import (
+    BODY_INVALID, BODY_PENDING, SCAN_LINE_TOO_LONG, SCAN_MORE, split_mpub,
+)
 
 log = logging.getLogger("nsqmp.acceptor")
 
 STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
-_MAX_LINE = 16384  # nsqd's bufio reader size
-_U32 = struct.Struct(">i")
+Params = tuple[bytes, ...]  # a command line split on single spaces; [0] is the token
 
 
 class NeedMore(Exception):
@@ -74,6 +79,13 @@ class V2Connection(asyncio.Protocol):
         self.auth_secret = b""
         self.auth_state: AuthState | None = None
         self._auth_fresh = False  # an answer just fetched for the command being re-parsed
+        # the (code, text) of the last scanned command when its body size broke a limit
+        self._bad_body: tuple[str, str] | None = None
+        # set by a handler that changed how the rest of the buffer reads (compression)
+        self._rescan = False
+        # the client shut its side: a command cut short gets nsqd's "failed to read" error
+        self._eof = False
+        self._pending_at = 0  # where the line of a command waiting for its body starts
         # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
         self._encode: Callable[[bytes], bytes] | None = None
         self._decode: Callable[[bytes], bytes] | None = None
@@ -101,6 +113,14 @@ class V2Connection(asyncio.Protocol):
         self.buf += data
         self.last_read = time.monotonic()
         self._process()
+
+    def eof_received(self) -> bool | None:
+        """The client shut its side (nsqd's reads fail with EOF): a command whose body was cut
+        short gets nsqd's error before the close; a partial command line just closes."""
+        if not self.closed and self.magic_ok and not self.waiting_for:
+            self._eof = True
+            self._process()
+        return None  # close our side too
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -191,67 +211,89 @@ class V2Connection(asyncio.Protocol):
             self.magic_ok = True
             del buf[:4]
         pos = 0
+        scan = self.server.parser.scan
+        commands_get = COMMANDS.get
         try:
             while not self.closed and not self.waiting_for:
-                nl = buf.find(b"\n", pos)
-                if nl < 0:
-                    if len(buf) - pos > _MAX_LINE:
-                        raise FatalClientError(E.E_INVALID, "command line too long")
+                commands, _end, status, bad_body = scan(buf, pos)
+                stopped = False
+                # only IDENTIFY (which ends the batch when it upgrades) changes self.tls
+                tls_gate = bool(self.server.tls_required) and not self.tls  # true or tcp-https
+                for params, body_off, body_len, next_pos in commands:
+                    token = params[0]
+                    handler = commands_get(token)
+                    if handler is None:
+                        raise FatalClientError(E.E_INVALID, f"invalid command {_s(token)}")
+                    if tls_gate and token != b"IDENTIFY":
+                        raise FatalClientError(E.E_INVALID, f"cannot {_s(token)} in current state (TLS required)")
+                    if body_off == BODY_INVALID:
+                        self._bad_body = bad_body
+                    elif body_off == BODY_PENDING:
+                        self._pending_at = next_pos
+                    try:
+                        handler(self, params, body_off, body_len)
+                    except (NeedMore, Suspended):
+                        stopped = True  # pos stays on this command's line
+                        break
+                    except FatalClientError:
+                        raise
+                    except ClientError as err:
+                        self.send_error(err)  # a non-fatal error consumed its command (none has a body)
+                    pos = next_pos
+                    if self.closed or self.waiting_for or self._rescan:
+                        stopped = True
+                        break
+                if stopped:
+                    if self._rescan:  # the rest of the buffer was decompressed: scan it again
+                        self._rescan = False
+                        continue
                     break
-                line = bytes(buf[pos:nl])
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                params = line.split(b" ")
-                handler = COMMANDS.get(params[0])
-                if handler is None:
-                    raise FatalClientError(E.E_INVALID, f"invalid command {params[0].decode(errors='replace')}")
-                if self.server.tls_required and not self.tls and params[0] != b"IDENTIFY":  # true or tcp-https
-                    raise FatalClientError(
-                        E.E_INVALID, f"cannot {params[0].decode()} in current state (TLS required)")
-                try:
-                    end = handler(self, params, buf, nl + 1)
-                except (NeedMore, Suspended):
-                    break
-                except FatalClientError:
-                    raise
-                except ClientError as err:
-                    # a non-fatal error consumed its command (they carry no body)
-                    pos = nl + 1
-                    self.send_error(err)
+                if status == SCAN_MORE:
                     continue
-                pos = end
+                if status == SCAN_LINE_TOO_LONG:
+                    # nsqd's ReadSlice fails with a full bufio buffer: it closes and sends nothing
+                    log.info("%s: command line longer than %d bytes, closing", self.remote,
+                             self.server.parser.max_line)
+                    self.close()
+                break
         except FatalClientError as err:
             self.send_error(err)
             return
         if pos:
             del buf[:pos]
 
-    def _body(self, buf: bytearray, start: int, limit_check: Callable[[int], None]) -> tuple[bytes, int]:
-        """The [size][bytes] body after a command line; NeedMore until it is all here."""
-        if len(buf) < start + 4:
+    def _body(self, params: Params, body_off: int, body_len: int) -> bytes:
+        """The body of the command being handled; NeedMore until it is all here."""
+        self._body_ready(params, body_off, body_len)
+        with memoryview(self.buf) as view:  # one copy, and the buffer is free to resize after
+            return bytes(view[body_off:body_off + body_len])
+
+    def _body_ready(self, params: Params, body_off: int, body_len: int) -> None:
+        """Called once the command's own checks passed, as nsqd reads the body only then."""
+        if body_off >= 0:
+            return
+        if body_off == BODY_INVALID:
+            assert self._bad_body is not None
+            raise FatalClientError(*self._bad_body)
+        if not self._eof:
             raise NeedMore
-        (size,) = _U32.unpack_from(buf, start)
-        limit_check(size)
-        end = start + 4 + size
-        if len(buf) < end:
-            raise NeedMore
-        return bytes(buf[start + 4:end]), end
+        code, size_text, body_text = _CUT_SHORT[params[0]]
+        raise FatalClientError(code, size_text if body_len < 0 else body_text)
+
+    def _body_so_far(self) -> tuple[int, int]:
+        """Offset and size of what arrived of the pending command's body."""
+        start = self.buf.index(b"\n", self._pending_at) + 5
+        return start, len(self.buf) - start
 
     # -- commands --------------------------------------------------------------
-    def cmd_nop(self, params, buf, start) -> int:
-        return start
+    def cmd_nop(self, params: Params, body_off: int, body_len: int) -> None:
+        pass
 
-    def cmd_identify(self, params, buf, start) -> int:
+    def cmd_identify(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:
             raise FatalClientError(E.E_INVALID, "cannot IDENTIFY in current state")
-
-        def check(size: int) -> None:
-            if size > self.opts.max_body_size:
-                raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY body too big {size} > {self.opts.max_body_size}")
-            if size <= 0:
-                raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY invalid body size {size}")
-
-        body, end = self._body(buf, start, check)
+        body = self._body(params, body_off, body_len)
+        buf, end = self.buf, body_off + body_len
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -260,6 +302,9 @@ class V2Connection(asyncio.Protocol):
             negotiate(data, self.opts, self.settings)
         except IdentifyError as exc:
             raise FatalClientError(E.E_BAD_BODY, f"IDENTIFY {exc}") from None
+        if not self.settings.feature_negotiation:
+            # nsqd answers OK at once: without feature negotiation nothing is upgraded
+            self.settings.tls = self.settings.snappy = self.settings.deflate = False
         if self.settings.snappy and self.settings.deflate:
             raise FatalClientError(E.E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
         self._cancel_heartbeat()
@@ -277,13 +322,20 @@ class V2Connection(asyncio.Protocol):
             del buf[end:]
         elif self.settings.snappy or self.settings.deflate:
             self._upgrade(buf, end)
-        return end
+            self._rescan = True
 
     async def _start_tls(self, early: bytes) -> None:
         """TLS server handshake (5 s, as nsqd), OK over TLS, then any compression upgrade."""
         if early:
             log.info("%s: sent data before the TLS handshake, closing", self.remote)
             self.close()
+            return
+        head = await self._peek_record_header()
+        if head is not None and not _looks_like_tls(head):
+            # Go's crypto/tls gives up on the record header; nsqd sends its error in the clear
+            log.info("%s: not a TLS handshake: %r", self.remote, head)
+            self.send_error(FatalClientError(
+                E.E_IDENTIFY_FAILED, "IDENTIFY failed tls: first record does not look like a TLS handshake"))
             return
         try:
             self.transport = await self.server.loop.start_tls(
@@ -300,6 +352,30 @@ class V2Connection(asyncio.Protocol):
             self._upgrade(self.buf, len(self.buf))
         self.waiting_for = ""
         self._process()
+
+    async def _peek_record_header(self) -> bytes | None:
+        """The first 5 bytes the client sends for the handshake (a TLS record header), read
+        with MSG_PEEK so that the TLS layer still gets them; None if they do not come."""
+        raw = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if raw is None:
+            return None
+        peek = socket.socket(fileno=os.dup(raw.fileno()))
+        try:
+            for _ in range(500):  # nsqd's 5 s handshake deadline
+                try:
+                    head = peek.recv(5, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    head = None  # nothing yet
+                except OSError:
+                    return None
+                if head is not None and (len(head) >= 5 or not head):
+                    return head or None  # the header, or None at EOF
+                if self.closed:
+                    return None
+                await asyncio.sleep(0.01)
+            return None
+        finally:
+            peek.close()
 
     def _upgrade(self, buf: bytearray, end: int) -> None:
         """Switch the stream to snappy (framing format) or raw deflate, as nsqd does right
@@ -320,46 +396,34 @@ class V2Connection(asyncio.Protocol):
             buf += self._decode(rest)
         self.write(OK_FRAME)
 
-    def cmd_pub(self, params, buf, start) -> int:
+    def cmd_pub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 2:
             raise FatalClientError(E.E_INVALID, "PUB insufficient number of parameters")
         topic = params[1]
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"PUB topic name {_q(topic)} is not valid")
-        max_size = self.opts.max_msg_size
-
-        def check(size: int) -> None:
-            if size <= 0:
-                raise FatalClientError(E.E_BAD_MESSAGE, f"PUB invalid message body size {size}")
-            if size > max_size:
-                raise FatalClientError(E.E_BAD_MESSAGE, f"PUB message too big {size} > {max_size}")
-
-        body, end = self._body(buf, start, check)
+        body = self._body(params, body_off, body_len)
         self._check_auth("PUB", topic, b"")
         self._publish(topic, [body], E.E_PUB_FAILED, "PUB")
-        return end
 
-    def cmd_mpub(self, params, buf, start) -> int:
+    def cmd_mpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 2:
             raise FatalClientError(E.E_INVALID, "MPUB insufficient number of parameters")
         topic = params[1]
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"E_BAD_TOPIC MPUB topic name {_q(topic)} is not valid")
         self._check_auth("MPUB", topic, b"")  # before the body, as nsqd
-        max_body = self.opts.max_body_size
-
-        def check(size: int) -> None:
-            if size <= 0:
-                raise FatalClientError(E.E_BAD_BODY, f"MPUB invalid body size {size}")
-            if size > max_body:
-                raise FatalClientError(E.E_BAD_BODY, f"MPUB body too big {size} > {max_body}")
-
-        body, end = self._body(buf, start, check)
-        bodies = parse_mpub(body, self.opts.max_msg_size, max_body)
+        if body_off == BODY_PENDING and self._eof and body_len >= 0:
+            # nsqd reads the messages from the stream: those complete before the end still count
+            body_off, body_len = self._body_so_far()
+        self._body_ready(params, body_off, body_len)
+        # split straight out of the read buffer: no copy of the whole body first
+        bodies, bad = split_mpub(self.buf, body_off, body_len, self.opts.max_msg_size, self.opts.max_body_size)
+        if bodies is None:
+            raise FatalClientError(*bad)
         self._publish(topic, bodies, E.E_MPUB_FAILED, "MPUB")
-        return end
 
-    def cmd_dpub(self, params, buf, start) -> int:
+    def cmd_dpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 3:
             raise FatalClientError(E.E_INVALID, "DPUB insufficient number of parameters")
         topic = params[1]
@@ -367,23 +431,14 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(E.E_BAD_TOPIC, f"DPUB topic name {_q(topic)} is not valid")
         raw = params[2]
         if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
-            raise FatalClientError(E.E_INVALID, f"DPUB could not parse timeout {raw.decode(errors='replace')}")
+            raise FatalClientError(E.E_INVALID, f"DPUB could not parse timeout {_s(raw)}")
         defer_ms = int(raw or b"0")
         max_ms = int(self.opts.max_req_timeout * 1000)
         if defer_ms > max_ms:
             raise FatalClientError(E.E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
-        max_size = self.opts.max_msg_size
-
-        def check(size: int) -> None:
-            if size <= 0:
-                raise FatalClientError(E.E_BAD_MESSAGE, f"DPUB invalid message body size {size}")
-            if size > max_size:
-                raise FatalClientError(E.E_BAD_MESSAGE, f"DPUB message too big {size} > {max_size}")
-
-        body, end = self._body(buf, start, check)
+        body = self._body(params, body_off, body_len)
         self._check_auth("DPUB", topic, b"")
         self._publish(topic, [body], E.E_DPUB_FAILED, "DPUB", defer_ms)
-        return end
 
     def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str, defer_ms: int = 0) -> None:
         try:
@@ -398,7 +453,7 @@ class V2Connection(asyncio.Protocol):
         self.write(OK_FRAME)
         self.server.apply_backpressure(self)
 
-    def cmd_sub(self, params, buf, start) -> int:
+    def cmd_sub(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:
             raise FatalClientError(E.E_INVALID, "cannot SUB in current state")
         if self.settings.heartbeat_interval_ms <= 0:
@@ -416,7 +471,6 @@ class V2Connection(asyncio.Protocol):
         self.state = STATE_SUBSCRIBED
         self.waiting_for = "SUB"
         self.send_sub()
-        return start
 
     def sub_confirmed(self) -> None:
         """The router created the channel: answer the SUB, then read on."""
@@ -445,27 +499,18 @@ class V2Connection(asyncio.Protocol):
             ep.send(self.router, records.CONN.pack(records.CLS, self.conn))
 
     # -- AUTH ------------------------------------------------------------------------
-    def cmd_auth(self, params, buf, start) -> int:
+    def cmd_auth(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:
             raise FatalClientError(E.E_INVALID, "cannot AUTH in current state")
         if len(params) != 1:
             raise FatalClientError(E.E_INVALID, "AUTH invalid number of parameters")
-        max_body = self.opts.max_body_size
-
-        def check(size: int) -> None:
-            if size > max_body:
-                raise FatalClientError(E.E_BAD_BODY, f"AUTH body too big {size} > {max_body}")
-            if size <= 0:
-                raise FatalClientError(E.E_BAD_BODY, f"AUTH invalid body size {size}")
-
-        body, end = self._body(buf, start, check)
+        body = self._body(params, body_off, body_len)  # the parser checked its size as nsqd
         if self.auth_state is not None and self.auth_state.authorizations:
             raise FatalClientError(E.E_INVALID, "AUTH already set")
         if not self.server.auth.enabled:
             raise FatalClientError(E.E_AUTH_DISABLED, "AUTH disabled")
         self.auth_secret = body
         self._query_auth(first=True)
-        return end
 
     def _check_auth(self, cmd: str, topic: bytes, channel: bytes) -> None:
         """nsqd's CheckAuth: authorized first, re-asked once the answer's ttl has passed,
@@ -547,27 +592,25 @@ class V2Connection(asyncio.Protocol):
             out["auth_identity_url"] = state.identity_url
         return out
 
-    def cmd_rdy(self, params, buf, start) -> int:
+    def cmd_rdy(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state == STATE_CLOSING:
-            return start
+            return
         if self.state != STATE_SUBSCRIBED:
             raise FatalClientError(E.E_INVALID, "cannot RDY in current state")
         count = 1
         if len(params) > 1:
             raw = params[1]
             if raw and not raw.isdigit():
-                raise FatalClientError(E.E_INVALID, f"RDY could not parse count {raw.decode(errors='replace')}")
+                raise FatalClientError(E.E_INVALID, f"RDY could not parse count {_s(raw)}")
             count = int(raw) if raw else 0  # nsqd's ByteToBase10 reads "" as 0
         if count > self.opts.max_rdy_count:
             raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{self.opts.max_rdy_count}")
         self.rdy = count
         self.server.endpoint.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
-        return start
 
-    def cmd_fin(self, params, buf, start) -> int:
+    def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "FIN", 2)
         self.server.endpoint.send(self.router, records.CONN_ID.pack(records.FIN, self.conn, msg_id))
-        return start
 
     def _message_command(self, params, cmd: str, min_params: int) -> bytes:
         """State and parameter checks shared by FIN, REQ and TOUCH; returns the ID."""
@@ -580,62 +623,76 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(E.E_INVALID, "Invalid Message ID")
         return msg_id
 
-    def cmd_req(self, params, buf, start) -> int:
+    def cmd_req(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "REQ", 3)
         raw = params[2]
         if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
-            raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {raw.decode(errors='replace')}")
+            raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {_s(raw)}")
         # nsqd clamps rather than refuses
         delay = min(int(raw or b"0"), int(self.opts.max_req_timeout * 1000))
         self.server.endpoint.send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
-        return start
 
-    def cmd_touch(self, params, buf, start) -> int:
+    def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "TOUCH", 2)
         self.server.endpoint.send(self.router, records.CONN_ID.pack(records.TOUCH, self.conn, msg_id))
-        return start
 
-    def cmd_cls(self, params, buf, start) -> int:
+    def cmd_cls(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_SUBSCRIBED:
             raise FatalClientError(E.E_INVALID, "cannot CLS in current state")
         self.state = STATE_CLOSING
         self.server.endpoint.send(self.router, records.CONN.pack(records.CLS, self.conn))
         self.write(CLOSE_WAIT_FRAME)
-        return start
 
 
-def parse_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
-    """Split an MPUB body; all messages are validated before any is accepted."""
-    if len(body) < 4:
-        raise FatalClientError(E.E_BAD_BODY, "MPUB failed to read message count")
-    (count,) = _U32.unpack_from(body, 0)
-    max_messages = (max_body_size - 4) // 5
-    if count <= 0 or count > max_messages:
-        raise FatalClientError(E.E_BAD_BODY, f"MPUB invalid message count {count}")
-    bodies = []
-    pos = 4
-    for i in range(count):
-        if pos + 4 > len(body):
-            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
-        (size,) = _U32.unpack_from(body, pos)
-        if size <= 0:
-            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
-        if size > max_msg_size:
-            raise FatalClientError(E.E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg_size}")
-        pos += 4
-        if pos + size > len(body):
-            raise FatalClientError(E.E_BAD_MESSAGE, "MPUB failed to read message body")
-        bodies.append(body[pos:pos + size])
-        pos += size
-    return bodies
+# the errors nsqd gives when the stream ends inside a body: (code, size cut, body cut)
+_CUT_SHORT = {
+    b"IDENTIFY": (E.E_BAD_BODY, "IDENTIFY failed to read body size", "IDENTIFY failed to read body"),
+    b"AUTH": (E.E_BAD_BODY, "AUTH failed to read body size", "AUTH failed to read body"),
+    b"PUB": (E.E_BAD_MESSAGE, "PUB failed to read message body size", "PUB failed to read message body"),
+    b"DPUB": (E.E_BAD_MESSAGE, "DPUB failed to read message body size", "DPUB failed to read message body"),
+    b"MPUB": (E.E_BAD_BODY, "MPUB failed to read body size", "MPUB failed to read message count"),
+}
+
+
+def _looks_like_tls(head: bytes) -> bool:
+    """Go's crypto/tls check of a client's first record header: an alert or a handshake of a
+    version below 16.0 (an SSLv2 hello, 0x80, gets its own error there and here a failed
+    handshake)."""
+    return head[0] == 0x80 or (head[0] in (0x15, 0x16) and (head[1] << 8 | head[2]) < 0x1000)
+
+
+def _s(raw: bytes) -> str:
+    """Bytes from the wire as Go's %s prints them: as they are (FatalClientError.wire gives them back)."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _q(name: bytes) -> str:
-    """Go's %q of a name, enough for the names clients send."""
-    return '"' + name.decode(errors="replace").replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """Go's %q (strconv.Quote) of a name from the wire."""
+    out = ['"']
+    for ch in name.decode("utf-8", "surrogateescape"):
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
-COMMANDS: dict[bytes, Callable[..., int]] = {
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+COMMANDS: dict[bytes, Callable[..., None]] = {
     b"IDENTIFY": V2Connection.cmd_identify,
     b"AUTH": V2Connection.cmd_auth,
     b"PUB": V2Connection.cmd_pub,

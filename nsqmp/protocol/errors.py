@@ -21,7 +21,8 @@ class ClientError(Exception):
     @property
     def wire(self) -> bytes:
         text = f"{self.code} {self.description}" if self.description else self.code
-        return text.encode()
+        # bytes quoted from the wire were decoded with surrogateescape: they go back as they came
+        return text.encode("utf-8", "surrogateescape")
 
 
 class FatalClientError(ClientError):

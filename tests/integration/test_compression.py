@@ -9,7 +9,7 @@ import pytest
 import snappy
 
 from nsqmp.client import wire
-from tests.harness import pynsq_round_trip
+from tests.harness import pynsq_round_trip, wait_for
 
 
 class Compressed:
@@ -71,6 +71,36 @@ def test_upgrade_then_publish_and_consume(broker, codec):
     stats = broker.stats(topic="z")["topics"][0]["channels"][0]
     assert stats["clients"][0][codec] is True
     c.sock.close()
+
+
+@pytest.mark.parametrize("codec", ["snappy", "deflate"])
+def test_compressed_commands_in_the_same_write_as_identify(broker, codec):
+    """The stream switches mid-buffer: what follows IDENTIFY in one read is already compressed."""
+    if codec == "snappy":
+        encode = snappy.StreamCompressor().add_chunk
+        decode = snappy.StreamDecompressor().decompress
+    else:
+        c, d = zlib.compressobj(6, zlib.DEFLATED, -15), zlib.decompressobj(-15)
+        encode, decode = (lambda b: c.compress(b) + c.flush(zlib.Z_SYNC_FLUSH)), d.decompress
+    s = socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=10)
+    commands = wire.pub("midbuf", b"first") + wire.mpub("midbuf", [b"second", b"third"]) + wire.NOP
+    s.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, codec: True}) + encode(commands))
+    plain, reader, frames = wire.FrameReader(), wire.FrameReader(), []
+    while not (got := plain.feed(s.recv(4096))):
+        pass
+    assert orjson.loads(got[0][1])[codec] is True
+    rest = bytes(plain.buf)  # what followed the response is compressed
+    if rest:
+        frames += reader.feed(decode(rest))
+    while len(frames) < 3:
+        data = s.recv(65536)
+        assert data, f"closed after {frames}"
+        frames += reader.feed(decode(data))
+    assert frames == [(wire.FRAME_RESPONSE, b"OK")] * 3  # the upgrade's OK, then PUB's and MPUB's
+    s.close()
+    # the hand-off to the router is asynchronous
+    wait_for(lambda: [t["message_count"] for t in broker.stats(topic="midbuf")["topics"]] == [3],
+             what="the 3 messages at the router")
 
 
 def test_both_codecs_at_once_is_refused(broker):

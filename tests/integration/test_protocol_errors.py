@@ -2,13 +2,24 @@
 where nsqd closes it, and the broker never taken down.
 
 The texts are nsqd 1.3.0's (nsqd/protocol_v2.go, nsqd/http.go; reference sections 1-2).
-One broker serves the whole module, with small limits so "too big" is cheap to send.
+One broker serves the whole module, with small limits so "too big" is cheap to send, and a
+certificate so that a TLS upgrade can be abused.
+
+BAD_INPUT is the one table of malformed traffic on the TCP port (and of NSQ bytes on the
+HTTP port): per row the set-up, the bytes sent, the exact frames that come back and
+whether the connection is closed afterwards. It is wrapped by the ledger: messages
+published and acknowledged before any abuse are all delivered afterwards, counted exactly,
+by the same supervisor and children (same PIDs).
 """
 from __future__ import annotations
 
+import random
 import socket
 import struct
+import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import orjson
 import pytest
@@ -20,16 +31,52 @@ from tests.harness import Broker, wait_for
 MAX_MSG = 1024
 MAX_BODY = 8192
 MAX_RDY = 2500
+MAX_REQ_MS = 3_600_000  # --max-req-timeout 1h, nsqd's default
 I32 = struct.Struct(">i")
+LEDGER_TOPIC = "ledger"
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = Broker(tmp_path_factory.mktemp("protocol") / "data", "--acceptors", "2", "--routers", "2",
-               "--max-msg-size", str(MAX_MSG), "--max-body-size", str(MAX_BODY)).start()
+    tmp = tmp_path_factory.mktemp("protocol")
+    key, crt = tmp / "key.pem", tmp / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True)
+    b = Broker(tmp / "data", "--acceptors", "2", "--routers", "2",
+               "--max-msg-size", str(MAX_MSG), "--max-body-size", str(MAX_BODY),
+               "--tls-cert", str(crt), "--tls-key", str(key), "--https-address", "127.0.0.1:0").start()
     yield b
     if b.proc is not None and b.proc.poll() is None:
         assert b.stop() == 0, b.log_text()[-4000:]
+
+
+@dataclass
+class Ledger:
+    """What was acknowledged before the abuse, and who was running then."""
+    bodies: list[bytes]
+    pids: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def ledger(broker) -> Ledger:
+    """PUB, MPUB and DPUB to a topic nobody reads yet, every one answered OK, before any row."""
+    bodies = [b"pub-%d" % i for i in range(40)]
+    with _conn(broker) as c:
+        for body in bodies:
+            c.pub(LEDGER_TOPIC, body)
+        for j in range(4):
+            batch = [b"mpub-%d-%d" % (j, k) for k in range(50)]
+            c.mpub(LEDGER_TOPIC, batch)
+            bodies += batch
+        c.send(wire.dpub(LEDGER_TOPIC, 1, b"dpub-0"))
+        c.expect_ok()
+        bodies.append(b"dpub-0")
+    return Ledger(bodies, _pids(broker))
+
+
+def _pids(broker) -> dict[str, int]:
+    return {"nsqmp supervisor": broker.proc.pid, **broker.children()}
 
 
 def _conn(broker, *, identify: dict | None = None, sub: tuple[str, str] | None = None) -> Connection:
@@ -86,105 +133,319 @@ def _mpub_payload(*sizes_and_bodies: bytes, count: int | None = None) -> bytes:
 
 
 LONG = b"x" * 65
+MSG_ID = b"0123456789abcdef"
 
 
-# -- magic ----------------------------------------------------------------------------------------
+# -- the table ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("magic", [b"  V1", b"V2  ", b"GET / HTTP/1.1\r\n\r\n"])
-def test_bad_magic(broker, magic):
-    with socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=5) as s:
-        s.sendall(magic)
-        reader = wire.FrameReader()
-        frames = []
-        while True:
-            data = s.recv(4096)
+@dataclass
+class Ctx:
+    """What a row's set-up made: the socket under test, and anything the row refers to."""
+    broker: Broker
+    sock: socket.socket | None = None
+    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    pending: list = field(default_factory=list)
+    msg_id: bytes = b""
+    others: list[Connection] = field(default_factory=list)
+
+    def frames(self, n: int, timeout: float = 5.0) -> list[tuple[int, bytes]]:
+        assert self.sock is not None
+        self.sock.settimeout(timeout)
+        while len(self.pending) < n:
+            data = self.sock.recv(65536)
             if not data:
-                break
-            frames += reader.feed(data)
-    assert frames == [(wire.FRAME_ERROR, b"E_BAD_PROTOCOL")]
-    _assert_alive(broker)
+                raise EOFError(f"closed after {self.pending}")
+            self.pending += self.reader.feed(data)
+        got, self.pending = self.pending[:n], self.pending[n:]
+        return got
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        for c in self.others:
+            c.close()
 
 
-def test_short_magic_then_eof_just_closes(broker):
-    with socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=5) as s:
-        s.sendall(b"  V")
-        s.shutdown(socket.SHUT_WR)
-        assert s.recv(4096) == b""
-    _assert_alive(broker)
+@dataclass(frozen=True)
+class Case:
+    name: str
+    setup: str                       # raw, magic, identified, subscribed, tls, owned, http
+    send: bytes | Callable[[Ctx], bytes]
+    frames: list | bytes | Callable[[Ctx], list]   # the exact frames (the exact bytes on HTTP)
+    closed: bool                     # the server closes the connection afterwards
+    eof: bool = False                # we shut our side after sending: the stream ends there
 
 
-# -- fatal errors: (set-up, bytes sent, exact error text) ---------------------------------------------
+def err(text: str | bytes) -> tuple[int, bytes]:
+    return (wire.FRAME_ERROR, text.encode() if isinstance(text, str) else text)
 
-SUBSCRIBED = {"identify": {}, "sub": ("errs", "ch")}
-FATAL = [
-    # unknown commands (names are case-sensitive)
-    ({}, b"BOGUS\n", "E_INVALID invalid command BOGUS"),
-    ({}, b"pub errs\n", "E_INVALID invalid command pub"),
-    ({}, b"\n", "E_INVALID invalid command "),
-    # SUB
-    (SUBSCRIBED, b"SUB errs ch\n", "E_INVALID cannot SUB in current state"),
-    ({}, b"SUB errs\n", "E_INVALID SUB insufficient number of parameters"),
-    ({}, b"SUB a*b ch\n", 'E_BAD_TOPIC SUB topic name "a*b" is not valid'),
-    ({}, b"SUB " + LONG + b" ch\n", f'E_BAD_TOPIC SUB topic name "{LONG.decode()}" is not valid'),
-    ({}, b"SUB t#eph ch\n", 'E_BAD_TOPIC SUB topic name "t#eph" is not valid'),
-    ({}, b"SUB errs c!\n", 'E_BAD_CHANNEL SUB channel name "c!" is not valid'),
-    ({}, b"SUB errs \n", 'E_BAD_CHANNEL SUB channel name "" is not valid'),
-    ({"identify": {"heartbeat_interval": -1}}, b"SUB errs ch\n", "E_INVALID cannot SUB with heartbeats disabled"),
-    # PUB
-    ({}, b"PUB\n", "E_INVALID PUB insufficient number of parameters"),
-    ({}, b"PUB a*b\n" + I32.pack(1) + b"x", 'E_BAD_TOPIC PUB topic name "a*b" is not valid'),
-    ({}, b"PUB errs\n" + I32.pack(0), "E_BAD_MESSAGE PUB invalid message body size 0"),
-    ({}, b"PUB errs\n" + I32.pack(-1), "E_BAD_MESSAGE PUB invalid message body size -1"),
-    ({}, b"PUB errs\n" + I32.pack(MAX_MSG + 1), f"E_BAD_MESSAGE PUB message too big {MAX_MSG + 1} > {MAX_MSG}"),
-    # MPUB (the bad-topic text repeats the code in nsqd)
-    ({}, b"MPUB\n", "E_INVALID MPUB insufficient number of parameters"),
-    ({}, _mpub_raw(b"a*b", _mpub_payload(b"x")), 'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "a*b" is not valid'),
-    ({}, b"MPUB errs\n" + I32.pack(0), "E_BAD_BODY MPUB invalid body size 0"),
-    ({}, b"MPUB errs\n" + I32.pack(MAX_BODY + 1), f"E_BAD_BODY MPUB body too big {MAX_BODY + 1} > {MAX_BODY}"),
-    ({}, _mpub_raw(b"errs", _mpub_payload(count=0)), "E_BAD_BODY MPUB invalid message count 0"),
-    ({}, _mpub_raw(b"errs", _mpub_payload(count=-1)), "E_BAD_BODY MPUB invalid message count -1"),
-    ({}, _mpub_raw(b"errs", _mpub_payload(count=(MAX_BODY - 4) // 5 + 1)),
-     f"E_BAD_BODY MPUB invalid message count {(MAX_BODY - 4) // 5 + 1}"),
-    ({}, _mpub_raw(b"errs", _mpub_payload(b"ok", b"")), "E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
-    ({}, _mpub_raw(b"errs", _mpub_payload(b"y" * (MAX_MSG + 1))),
-     f"E_BAD_MESSAGE MPUB message too big {MAX_MSG + 1} > {MAX_MSG}"),
-    # RDY
-    ({}, b"RDY 1\n", "E_INVALID cannot RDY in current state"),
-    (SUBSCRIBED, b"RDY %d\n" % (MAX_RDY + 1), f"E_INVALID RDY count {MAX_RDY + 1} out of range 0-{MAX_RDY}"),
-    (SUBSCRIBED, b"RDY abc\n", "E_INVALID RDY could not parse count abc"),
-    (SUBSCRIBED, b"RDY -1\n", "E_INVALID RDY could not parse count -1"),
-    # FIN
-    ({}, b"FIN 0123456789abcdef\n", "E_INVALID cannot FIN in current state"),
-    (SUBSCRIBED, b"FIN\n", "E_INVALID FIN insufficient number of params"),
-    (SUBSCRIBED, b"FIN 0123456789abcde\n", "E_INVALID Invalid Message ID"),
-    (SUBSCRIBED, b"FIN 0123456789abcdef0\n", "E_INVALID Invalid Message ID"),
-    # CLS
-    ({}, b"CLS\n", "E_INVALID cannot CLS in current state"),
-    # IDENTIFY
-    (SUBSCRIBED, _identify_raw(b"{}"), "E_INVALID cannot IDENTIFY in current state"),
-    ({}, _identify_raw(b"{not json"), "E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    ({}, _identify_raw(b'{"heartbeat_interval": "fast"}'), "E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    ({}, _identify_raw(b'{"msg_timeout": 1500.5}'), "E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    ({}, _identify_raw(b'{"feature_negotiation": "yes"}'), "E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    ({}, b"IDENTIFY\n" + I32.pack(0), "E_BAD_BODY IDENTIFY invalid body size 0"),
-    ({}, b"IDENTIFY\n" + I32.pack(MAX_BODY + 1), f"E_BAD_BODY IDENTIFY body too big {MAX_BODY + 1} > {MAX_BODY}"),
-    ({}, _identify_raw(b'{"heartbeat_interval": 999}'), "E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid"),
-    ({}, _identify_raw(b'{"heartbeat_interval": 60001}'),
-     "E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid"),
-    ({}, _identify_raw(b'{"heartbeat_interval": -2}'), "E_BAD_BODY IDENTIFY heartbeat interval (-2) is invalid"),
-    ({}, _identify_raw(b'{"msg_timeout": 999}'), "E_BAD_BODY IDENTIFY msg timeout (999) is invalid"),
-    ({}, _identify_raw(b'{"msg_timeout": 900001}'), "E_BAD_BODY IDENTIFY msg timeout (900001) is invalid"),
-    ({}, _identify_raw(b'{"output_buffer_size": 63}'), "E_BAD_BODY IDENTIFY output buffer size (63) is invalid"),
-    ({}, _identify_raw(b'{"output_buffer_timeout": 24}'),
-     "E_BAD_BODY IDENTIFY output buffer timeout (24) is invalid"),
-    ({}, _identify_raw(b'{"sample_rate": 100}'), "E_BAD_BODY IDENTIFY sample rate (100) is invalid"),
+
+OK = (wire.FRAME_RESPONSE, b"OK")
+
+
+def fatal(name: str, send: bytes, text: str | bytes, setup: str = "magic", eof: bool = False) -> Case:
+    return Case(name, setup, send, [err(text)], closed=True, eof=eof)
+
+
+def _fin_owned(ctx: Ctx) -> list:
+    return [err(f"E_FIN_FAILED FIN {ctx.msg_id.decode()} failed client does not own message")]
+
+
+GO_400 = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+          b"Connection: close\r\n\r\n400 Bad Request")
+GARBAGE = random.Random(20261123).randbytes(200)
+if GARBAGE[0] in (0x15, 0x16, 0x80):  # keep it garbage to Go's record-header check
+    GARBAGE = b"\x00" + GARBAGE[1:]
+NOT_TLS = "E_IDENTIFY_FAILED IDENTIFY failed tls: first record does not look like a TLS handshake"
+
+BAD_INPUT = [
+    # -- magic: anything but "  V2" gets E_BAD_PROTOCOL and a close
+    fatal("magic V1", b"  V1", "E_BAD_PROTOCOL", setup="raw"),
+    fatal("magic reversed", b"V2  ", "E_BAD_PROTOCOL", setup="raw"),
+    fatal("HTTP request on the TCP port", b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", "E_BAD_PROTOCOL", setup="raw"),
+    fatal("TLS ClientHello on the TCP port", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + GARBAGE,
+          "E_BAD_PROTOCOL", setup="raw"),
+    Case("short magic then EOF just closes", "raw", b"  V", [], closed=True, eof=True),
+    # -- unknown commands (names are case-sensitive)
+    fatal("unknown command", b"BOGUS\n", "E_INVALID invalid command BOGUS"),
+    fatal("lower-case command", b"pub errs\n", "E_INVALID invalid command pub"),
+    fatal("empty line", b"\n", "E_INVALID invalid command "),
+    fatal("binary command", b"\xff\xfe\x00 x\n", b"E_INVALID invalid command \xff\xfe\x00"),
+    Case("pipelined commands before a bad one are answered", "magic",
+         wire.pub("errs", b"one") + wire.pub("errs", b"two") + b"BOGUS\n" + wire.pub("errs", b"never"),
+         [OK, OK, err("E_INVALID invalid command BOGUS")], closed=True),
+    # -- the command line: nsqd's 16 KiB bufio buffer
+    Case("line of 16384 bytes with its newline is read", "magic", b"NOP" + b" " * 16380 + b"\n", [], closed=False),
+    Case("line too long closes without a word", "magic", b"PUB " + b"x" * 16384, [], closed=True),
+    Case("partial line then EOF just closes", "magic", b"PUB errs", [], closed=True, eof=True),
+    # -- SUB
+    fatal("SUB twice", b"SUB errs ch\n", "E_INVALID cannot SUB in current state", setup="subscribed"),
+    fatal("SUB without channel", b"SUB errs\n", "E_INVALID SUB insufficient number of parameters"),
+    fatal("SUB bad topic", b"SUB a*b ch\n", 'E_BAD_TOPIC SUB topic name "a*b" is not valid'),
+    fatal("SUB topic too long", b"SUB " + LONG + b" ch\n", f'E_BAD_TOPIC SUB topic name "{LONG.decode()}" is not valid'),
+    fatal("SUB bad ephemeral suffix", b"SUB t#eph ch\n", 'E_BAD_TOPIC SUB topic name "t#eph" is not valid'),
+    fatal("SUB non-UTF-8 topic", b"SUB t\xff\x01 ch\n", 'E_BAD_TOPIC SUB topic name "t\\xff\\x01" is not valid'),
+    fatal("SUB bad channel", b"SUB errs c!\n", 'E_BAD_CHANNEL SUB channel name "c!" is not valid'),
+    fatal("SUB empty channel", b"SUB errs \n", 'E_BAD_CHANNEL SUB channel name "" is not valid'),
+    Case("SUB with heartbeats disabled", "magic", wire.identify({"heartbeat_interval": -1}) + b"SUB errs ch\n",
+         [OK, err("E_INVALID cannot SUB with heartbeats disabled")], closed=True),
+    # -- PUB: the command's checks come before its body is read
+    fatal("PUB without topic", b"PUB\n", "E_INVALID PUB insufficient number of parameters"),
+    fatal("PUB bad topic", b"PUB a*b\n" + I32.pack(1) + b"x", 'E_BAD_TOPIC PUB topic name "a*b" is not valid'),
+    fatal("PUB bad topic, no body sent", b"PUB a*b\n", 'E_BAD_TOPIC PUB topic name "a*b" is not valid'),
+    fatal("PUB size 0", b"PUB errs\n" + I32.pack(0), "E_BAD_MESSAGE PUB invalid message body size 0"),
+    fatal("PUB negative size", b"PUB errs\n" + I32.pack(-1), "E_BAD_MESSAGE PUB invalid message body size -1"),
+    fatal("PUB most negative size", b"PUB errs\n" + I32.pack(-2 ** 31),
+          f"E_BAD_MESSAGE PUB invalid message body size {-2 ** 31}"),
+    fatal("PUB oversized", b"PUB errs\n" + I32.pack(MAX_MSG + 1),
+          f"E_BAD_MESSAGE PUB message too big {MAX_MSG + 1} > {MAX_MSG}"),
+    fatal("PUB size cut by EOF", b"PUB errs\n\x00\x00", "E_BAD_MESSAGE PUB failed to read message body size", eof=True),
+    fatal("PUB body cut by EOF", b"PUB errs\n" + I32.pack(10) + b"abc", "E_BAD_MESSAGE PUB failed to read message body",
+          eof=True),
+    # -- DPUB
+    fatal("DPUB without timeout", b"DPUB errs\n", "E_INVALID DPUB insufficient number of parameters"),
+    fatal("DPUB bad topic", b"DPUB a*b 10\n", 'E_BAD_TOPIC DPUB topic name "a*b" is not valid'),
+    fatal("DPUB bad timeout", b"DPUB errs soon\n", "E_INVALID DPUB could not parse timeout soon"),
+    fatal("DPUB negative timeout", b"DPUB errs -5\n", "E_INVALID DPUB could not parse timeout -5"),
+    fatal("DPUB timeout out of range", b"DPUB errs %d\n" % (MAX_REQ_MS + 1),
+          f"E_INVALID DPUB timeout {MAX_REQ_MS + 1} out of range 0-{MAX_REQ_MS}"),
+    fatal("DPUB negative size", b"DPUB errs 10\n" + I32.pack(-3), "E_BAD_MESSAGE DPUB invalid message body size -3"),
+    fatal("DPUB oversized", b"DPUB errs 10\n" + I32.pack(MAX_MSG + 1),
+          f"E_BAD_MESSAGE DPUB message too big {MAX_MSG + 1} > {MAX_MSG}"),
+    fatal("DPUB body cut by EOF", b"DPUB errs 10\n" + I32.pack(5) + b"ab",
+          "E_BAD_MESSAGE DPUB failed to read message body", eof=True),
+    # -- MPUB (the bad-topic text repeats the code in nsqd)
+    fatal("MPUB without topic", b"MPUB\n", "E_INVALID MPUB insufficient number of parameters"),
+    fatal("MPUB bad topic", _mpub_raw(b"a*b", _mpub_payload(b"x")), 'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "a*b" is not valid'),
+    fatal("MPUB size 0", b"MPUB errs\n" + I32.pack(0), "E_BAD_BODY MPUB invalid body size 0"),
+    fatal("MPUB negative size", b"MPUB errs\n" + I32.pack(-100), "E_BAD_BODY MPUB invalid body size -100"),
+    fatal("MPUB oversized", b"MPUB errs\n" + I32.pack(MAX_BODY + 1), f"E_BAD_BODY MPUB body too big {MAX_BODY + 1} > {MAX_BODY}"),
+    fatal("MPUB count 0", _mpub_raw(b"errs", _mpub_payload(count=0)), "E_BAD_BODY MPUB invalid message count 0"),
+    fatal("MPUB negative count", _mpub_raw(b"errs", _mpub_payload(count=-1)), "E_BAD_BODY MPUB invalid message count -1"),
+    fatal("MPUB count over the limit", _mpub_raw(b"errs", _mpub_payload(count=(MAX_BODY - 4) // 5 + 1)),
+          f"E_BAD_BODY MPUB invalid message count {(MAX_BODY - 4) // 5 + 1}"),
+    fatal("MPUB message size 0", _mpub_raw(b"errs", _mpub_payload(b"ok", b"")),
+          "E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
+    fatal("MPUB negative message size", _mpub_raw(b"errs", I32.pack(2) + I32.pack(1) + b"a" + I32.pack(-9)),
+          "E_BAD_MESSAGE MPUB invalid message(1) body size -9"),
+    fatal("MPUB oversized message", _mpub_raw(b"errs", _mpub_payload(b"y" * (MAX_MSG + 1))),
+          f"E_BAD_MESSAGE MPUB message too big {MAX_MSG + 1} > {MAX_MSG}"),
+    fatal("MPUB message runs past the body", _mpub_raw(b"errs", I32.pack(1) + I32.pack(50) + b"short"),
+          "E_BAD_MESSAGE MPUB failed to read message body"),
+    fatal("MPUB count runs past the body", _mpub_raw(b"errs", _mpub_payload(b"one", count=3)),
+          "E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+    fatal("MPUB size cut by EOF", b"MPUB errs\n\x00\x00\x00", "E_BAD_BODY MPUB failed to read body size", eof=True),
+    fatal("MPUB count cut by EOF", b"MPUB errs\n" + I32.pack(100) + b"\x00\x00",
+          "E_BAD_BODY MPUB failed to read message count", eof=True),
+    fatal("MPUB message cut by EOF", b"MPUB errs\n" + I32.pack(100) + _mpub_payload(b"one", count=2),
+          "E_BAD_MESSAGE MPUB failed to read message(1) body size", eof=True),
+    fatal("MPUB body cut by EOF", b"MPUB errs\n" + I32.pack(100) + I32.pack(1) + I32.pack(10) + b"abc",
+          "E_BAD_MESSAGE MPUB failed to read message body", eof=True),
+    # nsqd reads an MPUB's messages from the stream: all there before the end is a publish
+    Case("MPUB size bigger than its messages, then EOF", "magic",
+         b"MPUB errs\n" + I32.pack(100) + _mpub_payload(b"one", b"two"), [OK], closed=True, eof=True),
+    # -- RDY
+    fatal("RDY before SUB", b"RDY 1\n", "E_INVALID cannot RDY in current state"),
+    fatal("RDY out of range", b"RDY %d\n" % (MAX_RDY + 1), f"E_INVALID RDY count {MAX_RDY + 1} out of range 0-{MAX_RDY}",
+          setup="subscribed"),
+    fatal("RDY far out of range", b"RDY 99999999999\n", f"E_INVALID RDY count 99999999999 out of range 0-{MAX_RDY}",
+          setup="subscribed"),
+    fatal("RDY not a number", b"RDY abc\n", "E_INVALID RDY could not parse count abc", setup="subscribed"),
+    fatal("RDY negative", b"RDY -1\n", "E_INVALID RDY could not parse count -1", setup="subscribed"),
+    # -- FIN, REQ, TOUCH
+    fatal("FIN before SUB", b"FIN " + MSG_ID + b"\n", "E_INVALID cannot FIN in current state"),
+    fatal("FIN without ID", b"FIN\n", "E_INVALID FIN insufficient number of params", setup="subscribed"),
+    fatal("FIN short ID", b"FIN 0123456789abcde\n", "E_INVALID Invalid Message ID", setup="subscribed"),
+    fatal("FIN long ID", b"FIN 0123456789abcdef0\n", "E_INVALID Invalid Message ID", setup="subscribed"),
+    Case("FIN of a message not in flight", "subscribed", b"FIN " + MSG_ID + b"\n",
+         [err(b"E_FIN_FAILED FIN " + MSG_ID + b" failed ID not in flight")], closed=False),
+    Case("FIN of a message owned by another connection", "owned", lambda ctx: b"FIN " + ctx.msg_id + b"\n",
+         _fin_owned, closed=False),
+    Case("REQ of a message not in flight", "subscribed", b"REQ " + MSG_ID + b" 0\n",
+         [err(b"E_REQ_FAILED REQ " + MSG_ID + b" failed ID not in flight")], closed=False),
+    Case("TOUCH of a message not in flight", "subscribed", b"TOUCH " + MSG_ID + b"\n",
+         [err(b"E_TOUCH_FAILED TOUCH " + MSG_ID + b" failed ID not in flight")], closed=False),
+    fatal("REQ before SUB", b"REQ " + MSG_ID + b" 0\n", "E_INVALID cannot REQ in current state"),
+    fatal("REQ without timeout", b"REQ " + MSG_ID + b"\n", "E_INVALID REQ insufficient number of params",
+          setup="subscribed"),
+    fatal("REQ bad timeout", b"REQ " + MSG_ID + b" later\n", "E_INVALID REQ could not parse timeout later",
+          setup="subscribed"),
+    fatal("TOUCH without ID", b"TOUCH\n", "E_INVALID TOUCH insufficient number of params", setup="subscribed"),
+    fatal("TOUCH short ID", b"TOUCH abc\n", "E_INVALID Invalid Message ID", setup="subscribed"),
+    # -- CLS
+    fatal("CLS before SUB", b"CLS\n", "E_INVALID cannot CLS in current state"),
+    # -- IDENTIFY: bad JSON, out-of-range fields, sizes, state
+    fatal("IDENTIFY after SUB", _identify_raw(b"{}"), "E_INVALID cannot IDENTIFY in current state", setup="subscribed"),
+    fatal("IDENTIFY bad JSON", _identify_raw(b"{not json"), "E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    fatal("IDENTIFY JSON not an object", _identify_raw(b"[1, 2]"), "E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    fatal("IDENTIFY string for an int", _identify_raw(b'{"heartbeat_interval": "fast"}'),
+          "E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    fatal("IDENTIFY float for an int", _identify_raw(b'{"msg_timeout": 1500.5}'),
+          "E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    fatal("IDENTIFY string for a bool", _identify_raw(b'{"feature_negotiation": "yes"}'),
+          "E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    fatal("IDENTIFY size 0", b"IDENTIFY\n" + I32.pack(0), "E_BAD_BODY IDENTIFY invalid body size 0"),
+    fatal("IDENTIFY negative size", b"IDENTIFY\n" + I32.pack(-1), "E_BAD_BODY IDENTIFY invalid body size -1"),
+    fatal("IDENTIFY oversized", b"IDENTIFY\n" + I32.pack(MAX_BODY + 1),
+          f"E_BAD_BODY IDENTIFY body too big {MAX_BODY + 1} > {MAX_BODY}"),
+    fatal("IDENTIFY size cut by EOF", b"IDENTIFY\n\x00", "E_BAD_BODY IDENTIFY failed to read body size", eof=True),
+    fatal("IDENTIFY body cut by EOF", b"IDENTIFY\n" + I32.pack(40) + b'{"client_id"',
+          "E_BAD_BODY IDENTIFY failed to read body", eof=True),
+    fatal("IDENTIFY heartbeat too short", _identify_raw(b'{"heartbeat_interval": 999}'),
+          "E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid"),
+    fatal("IDENTIFY heartbeat too long", _identify_raw(b'{"heartbeat_interval": 60001}'),
+          "E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid"),
+    fatal("IDENTIFY heartbeat -2", _identify_raw(b'{"heartbeat_interval": -2}'),
+          "E_BAD_BODY IDENTIFY heartbeat interval (-2) is invalid"),
+    fatal("IDENTIFY msg timeout too short", _identify_raw(b'{"msg_timeout": 999}'),
+          "E_BAD_BODY IDENTIFY msg timeout (999) is invalid"),
+    fatal("IDENTIFY msg timeout too long", _identify_raw(b'{"msg_timeout": 900001}'),
+          "E_BAD_BODY IDENTIFY msg timeout (900001) is invalid"),
+    fatal("IDENTIFY output buffer too small", _identify_raw(b'{"output_buffer_size": 63}'),
+          "E_BAD_BODY IDENTIFY output buffer size (63) is invalid"),
+    fatal("IDENTIFY output buffer timeout too short", _identify_raw(b'{"output_buffer_timeout": 24}'),
+          "E_BAD_BODY IDENTIFY output buffer timeout (24) is invalid"),
+    fatal("IDENTIFY sample rate 100", _identify_raw(b'{"sample_rate": 100}'),
+          "E_BAD_BODY IDENTIFY sample rate (100) is invalid"),
+    # -- compression and TLS negotiation
+    fatal("IDENTIFY snappy and deflate together",
+          wire.identify({"feature_negotiation": True, "snappy": True, "deflate": True}),
+          "E_IDENTIFY_FAILED cannot enable both deflate and snappy compression"),
+    Case("IDENTIFY snappy and deflate without feature negotiation is a plain OK", "magic",
+         wire.identify({"snappy": True, "deflate": True}), [OK], closed=False),
+    fatal("TLS garbage after tls_v1", GARBAGE, NOT_TLS, setup="tls"),
+    fatal("TLS record of a version from the future", b"\x16\x30\x01\x00\x10" + GARBAGE[:16], NOT_TLS, setup="tls"),
+    fatal("plain commands after tls_v1", wire.pub("errs", b"in the clear"), NOT_TLS, setup="tls"),
+    # -- NSQ bytes on the HTTP port: Go's net/http answers them
+    Case("NSQ magic and PUB on the HTTP port", "http", wire.MAGIC + wire.pub("errs", b"x"), GO_400, closed=True),
+    Case("NSQ IDENTIFY on the HTTP port", "http", wire.MAGIC + wire.identify({}), GO_400, closed=True),
 ]
 
 
-@pytest.mark.parametrize("setup, data, text", FATAL, ids=[t for _, _, t in FATAL])
-def test_fatal_error_then_close(broker, setup, data, text):
-    c = _conn(broker, **setup)
-    _assert_fatal(broker, c, data, text)
+def _setup(ctx: Ctx, kind: str) -> None:
+    broker = ctx.broker
+    port = broker.http_port if kind == "http" else broker.tcp_port
+    ctx.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    if kind in ("raw", "http"):
+        return
+    ctx.sock.sendall(wire.MAGIC)
+    if kind == "magic":
+        return
+    if kind == "tls":
+        ctx.sock.sendall(wire.identify({"feature_negotiation": True, "tls_v1": True}))
+        [(ftype, data)] = ctx.frames(1)
+        assert ftype == wire.FRAME_RESPONSE and orjson.loads(data)["tls_v1"] is True
+        return
+    ctx.sock.sendall(wire.identify({"feature_negotiation": True}))
+    [(ftype, _)] = ctx.frames(1)
+    assert ftype == wire.FRAME_RESPONSE
+    if kind == "identified":
+        return
+    topic = "owned" if kind == "owned" else "errs"
+    if kind == "owned":
+        # another consumer of the same channel holds a message in flight
+        owner = _conn(broker, identify={}, sub=(topic, "ch"))
+        ctx.others.append(owner)
+        owner.send(wire.rdy(1))
+        with _conn(broker) as p:
+            p.pub(topic, b"owned by the other")
+        ctx.msg_id = owner.read_message().id
+    ctx.sock.sendall(wire.sub(topic, "ch"))
+    assert ctx.frames(1) == [OK]
+
+
+def _assert_closed(ctx: Ctx) -> None:
+    """Nothing more comes, then the server closes (EOF or reset)."""
+    assert ctx.sock is not None
+    ctx.sock.settimeout(5)
+    extra = b""
+    try:
+        while True:
+            data = ctx.sock.recv(65536)
+            if not data:
+                break
+            extra += data
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        pytest.fail("the connection stayed open")
+    assert extra == b"" and ctx.pending == [], (extra, ctx.pending)
+
+
+def _assert_open(ctx: Ctx) -> None:
+    """The connection still works: a PUB gets its OK (and nothing else came first)."""
+    assert ctx.sock is not None
+    ctx.sock.sendall(wire.pub("errs-open", b"still open"))
+    assert ctx.frames(1) == [OK]
+
+
+@pytest.mark.parametrize("case", BAD_INPUT, ids=[c.name for c in BAD_INPUT])
+def test_bad_input(broker, ledger, case: Case):
+    ctx = Ctx(broker)
+    try:
+        _setup(ctx, case.setup)
+        assert ctx.sock is not None
+        ctx.sock.sendall(case.send(ctx) if callable(case.send) else case.send)
+        if case.eof:
+            ctx.sock.shutdown(socket.SHUT_WR)
+        if case.setup == "http":
+            ctx.sock.settimeout(5)
+            got = b""
+            while data := ctx.sock.recv(65536):
+                got += data
+            assert got == case.frames
+            return
+        expected = case.frames(ctx) if callable(case.frames) else case.frames
+        assert isinstance(expected, list)
+        got = ctx.frames(len(expected)) if expected else []
+        assert got == expected
+        if case.closed:
+            _assert_closed(ctx)
+        else:
+            _assert_open(ctx)
+    finally:
+        ctx.close()
+    _assert_alive(broker)
 
 
 def test_valid_names_at_the_limits_are_accepted(broker):
@@ -192,17 +453,6 @@ def test_valid_names_at_the_limits_are_accepted(broker):
     for topic, channel in [(name64, name64), ("a.b_c-D9", "x#ephemeral"), ("t" * 54 + "#ephemeral", "c")]:
         with _conn(broker, identify={}, sub=(topic, channel)) as c:
             c.pub(topic, b"ok")
-
-
-def test_pipelined_commands_before_a_fatal_one_are_answered(broker):
-    with _conn(broker) as c:
-        c.send(wire.pub("errs", b"one") + wire.pub("errs", b"two") + b"BOGUS\n" + wire.pub("errs", b"never"))
-        frames = [c.read_frame() for _ in range(3)]
-        assert [(f.type, f.data) for f in frames] == [
-            (wire.FRAME_RESPONSE, b"OK"), (wire.FRAME_RESPONSE, b"OK"),
-            (wire.FRAME_ERROR, b"E_INVALID invalid command BOGUS")]
-        with pytest.raises((EOFError, ConnectionResetError)):
-            c.read_frame()
 
 
 def test_a_burst_of_pipelined_pubs_does_not_stall_the_connection(broker):
@@ -217,36 +467,21 @@ def test_a_burst_of_pipelined_pubs_does_not_stall_the_connection(broker):
              what="2001 messages at the router")
 
 
-# -- non-fatal errors and the states that ignore input --------------------------------------------
-
-def test_fin_of_unknown_id_is_not_fatal(broker):
-    with _conn(broker, identify={}, sub=("finfail", "ch")) as c:
-        c.send(b"FIN 0123456789abcdef\n")
-        frame = c.read_frame()
-        assert (frame.type, frame.data) == (wire.FRAME_ERROR, b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight")
-        c.pub("finfail", b"after")  # the connection keeps working: the next PUB gets OK
-        c.send(wire.rdy(1))
-        m = c.read_message()
-        assert m.body == b"after"
-        c.fin(m.id)
-        c.send(wire.NOP)
+def test_a_command_split_at_every_byte_is_read_whole(broker):
+    data = wire.identify({"client_id": "bytewise"}) + wire.pub("bytewise", b"b" * 300) + wire.mpub(
+        "bytewise", [b"m1", b"m2"]) + wire.dpub("bytewise", 5, b"d") + wire.NOP
+    with _conn(broker) as c:
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(data)):
+            c.send(data[i:i + 1])
+        for _ in range(4):  # IDENTIFY, PUB, MPUB, DPUB
+            c.expect_ok()
         _assert_silent(c)
+    wait_for(lambda: [t["message_count"] for t in broker.stats(topic="bytewise")["topics"]] == [4],
+             what="4 messages at the router")
 
 
-def test_fin_of_another_clients_message_is_not_fatal(broker):
-    with _conn(broker, identify={}, sub=("owned", "ch")) as owner, \
-            _conn(broker, identify={}, sub=("owned", "ch")) as other:
-        owner.send(wire.rdy(1))
-        other.pub("owned", b"mine")
-        m = owner.read_message()
-        other.send(wire.fin(m.id))
-        frame = other.read_frame()
-        assert (frame.type, frame.data.decode()) == (
-            wire.FRAME_ERROR, f"E_FIN_FAILED FIN {m.id.decode()} failed client does not own message")
-        other.pub("elsewhere", b"still open")  # the connection keeps working
-        owner.fin(m.id)
-        _assert_silent(owner)
-
+# -- the states that ignore input ------------------------------------------------------------------
 
 def test_empty_rdy_count_is_zero(broker):
     with _conn(broker, identify={}, sub=("rdyzero", "ch")) as c:
@@ -450,3 +685,28 @@ def test_http_stats_json(broker):
     assert [x["topic_name"] for x in only["topics"]] == ["statst"]
     assert only["topics"][0]["channels"][0]["clients"] in ([], None)
     assert broker.stats(topic="no-such-topic")["topics"] in ([], None)
+
+
+# -- after all of it ------------------------------------------------------------------------------------
+
+def test_what_was_acknowledged_before_the_abuse_is_all_delivered(broker, ledger):
+    """Last in the module: every message OK'd before the bad input arrives, exactly once, and
+    the supervisor and its children are the very processes that were running before."""
+    expected = sorted(ledger.bodies)
+    got: list[bytes] = []
+    with _conn(broker, identify={}, sub=(LEDGER_TOPIC, "keep")) as c:
+        c.send(wire.rdy(len(expected) + 10))
+        deadline = time.monotonic() + 30
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            m = c.read_message()
+            got.append(m.body)
+            c.fin(m.id)
+        _assert_silent(c, 0.5)  # and nothing more: no duplicate
+    assert len(got) == len(expected) == 241
+    assert sorted(got) == expected
+
+    def finished():
+        ch = broker.stats(topic=LEDGER_TOPIC)["topics"][0]["channels"][0]
+        return ch if (ch["depth"], ch["in_flight_count"], ch["message_count"]) == (0, 0, 241) else None
+    wait_for(finished, what="every ledger message finished")
+    assert _pids(broker) == ledger.pids

@@ -33,7 +33,7 @@ def _frames(sock, reader: wire.FrameReader, n: int = 1) -> list:
 
 
 def test_tls_upgrade_then_publish(make_broker, cert):
-    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1])
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--https-address", "127.0.0.1:0")
     raw = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
     raw.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, "tls_v1": True}))
     reader = wire.FrameReader()
@@ -62,7 +62,8 @@ def test_without_a_certificate_tls_is_not_negotiated(broker):
 
 
 def test_tls_required_refuses_plain_commands(make_broker, cert):
-    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--tls-required", "true")
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--tls-required", "true",
+                    "--https-address", "127.0.0.1:0")
     s = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
     s.sendall(wire.MAGIC + wire.pub("t", b"x"))
     assert _frames(s, wire.FrameReader()) == [(wire.FRAME_ERROR, b"E_INVALID cannot PUB in current state (TLS required)")]
@@ -70,7 +71,7 @@ def test_tls_required_refuses_plain_commands(make_broker, cert):
 
 
 def test_pynsq_over_tls(make_broker, cert):
-    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1])
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--https-address", "127.0.0.1:0")
     opts = {"tls_v1": True, "tls_options": {"cert_reqs": ssl.CERT_NONE}}
     bodies = [b"t%02d" % i for i in range(50)]
     assert sorted(pynsq_round_trip(b.tcp_address, "tlst", bodies, reader_opts=opts, writer_opts=opts)) == bodies

@@ -6,6 +6,9 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 NATIVE  = $(wildcard native/*.c native/*.h)
+# nsqjs for the client-compatibility tests (tests/compat/js): pinned by package-lock.json
+JS_DIR   = tests/compat/js
+JS_STAMP = $(JS_DIR)/node_modules/.installed
 
 .PHONY: run test test-fast bench example-config clean
 
@@ -19,13 +22,17 @@ $(STAMP): pyproject.toml setup.py $(NATIVE)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
+$(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
 run: $(STAMP)
 	$(BIN)/nsqmp serve $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(JS_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(JS_STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -66,6 +66,7 @@ class V2Connection(asyncio.Protocol):
         self.connect_ts = int(time.time())
         self.last_read = time.monotonic()
         self._heartbeat: asyncio.TimerHandle | None = None
+        self._read_deadline: asyncio.TimerHandle | None = None
         self.closed = False
         self.paused = False
         # what parsing waits for, or "": SUB is answered once the router has the channel
@@ -123,8 +124,7 @@ class V2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        self._cancel_heartbeat()
         self.server.connections.pop(self.conn, None)
         if self.router >= 0:
             self.server.endpoint.send(self.router, records.CONN.pack(records.GONE, self.conn))
@@ -152,22 +152,51 @@ class V2Connection(asyncio.Protocol):
             self.closed = True
             self.transport.close()
 
-    # -- heartbeats: one per interval; two missed intervals of silence close ---------
+    # -- heartbeats: one per interval; two intervals of silence close ----------------
+    # nsqd sets a read deadline of two intervals before every read. Re-arming a timer per
+    # read is too dear here, so each beat checks the silence, and when the deadline falls
+    # before the next beat it arms a one-off check for that moment: the connection closes
+    # two intervals after the last thing read, as in nsqd, not at the following beat.
     def _arm_heartbeat(self) -> None:
         interval = self.settings.heartbeat_interval_ms
         if interval <= 0 or self.closed:
             return
         self._heartbeat = self.server.loop.call_later(interval / 1000, self._beat)
 
-    def _beat(self) -> None:
-        interval = self.settings.heartbeat_interval_ms / 1000
+    def _cancel_heartbeat(self) -> None:
+        for handle in (self._heartbeat, self._read_deadline):
+            if handle is not None:
+                handle.cancel()
+        self._heartbeat = self._read_deadline = None
+
+    def _silent_too_long(self) -> bool:
         # nsqd's read deadline only runs while it reads: not while a command is being served
-        if not self.waiting_for and time.monotonic() - self.last_read > 2 * interval:
-            log.info("%s: no command for two heartbeat intervals, closing", self.remote)
-            self.close()
+        if self.waiting_for:
+            return False
+        # 5 ms of slack: the loop's timers have millisecond resolution
+        return time.monotonic() - self.last_read >= 2 * self.settings.heartbeat_interval_ms / 1000 - 0.005
+
+    def _beat(self) -> None:
+        self._heartbeat = None
+        if self._silent_too_long():
+            self._expire()
             return
         self.write(HEARTBEAT_FRAME)
         self._arm_heartbeat()
+        interval = self.settings.heartbeat_interval_ms / 1000
+        due = self.last_read + 2 * interval - time.monotonic()
+        if due < interval and self._read_deadline is None:
+            self._read_deadline = self.server.loop.call_later(due, self._check_read_deadline)
+
+    def _check_read_deadline(self) -> None:
+        self._read_deadline = None
+        if not self.closed and self._silent_too_long():
+            self._expire()
+
+    def _expire(self) -> None:
+        log.info("%s: no command for two heartbeat intervals, closing", self.remote)
+        self._cancel_heartbeat()
+        self.close()
 
     # -- parsing ---------------------------------------------------------------
     def _process(self) -> None:
@@ -278,9 +307,7 @@ class V2Connection(asyncio.Protocol):
             self.settings.tls = self.settings.snappy = self.settings.deflate = False
         if self.settings.snappy and self.settings.deflate:
             raise FatalClientError(E.E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
+        self._cancel_heartbeat()
         self._arm_heartbeat()
         if self.settings.feature_negotiation:
             self.write(response_frame(response(self.opts, self.settings)))

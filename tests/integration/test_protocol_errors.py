@@ -548,6 +548,26 @@ def test_heartbeats_and_the_silent_client_is_disconnected(broker):
     _assert_alive(broker)
 
 
+def test_the_read_deadline_is_two_intervals_after_the_last_command(broker):
+    """As nsqd's read deadline: a client silent since a NOP sent between two beats is
+    closed two intervals after that NOP, not at the beat after (which would be later)."""
+    with _conn(broker) as c:
+        c.identify(heartbeat_interval=1000)
+        frame = c.read_frame(skip_heartbeats=False)  # the first beat, at ~1 s
+        assert (frame.type, frame.data) == (wire.FRAME_RESPONSE, b"_heartbeat_")
+        time.sleep(0.25)
+        c.send(wire.NOP)  # mid-interval; nothing after it
+        last_command = time.monotonic()
+        with pytest.raises((EOFError, ConnectionResetError)):
+            while time.monotonic() - last_command < 10:
+                c.read_frame(skip_heartbeats=False)
+        silent_for = time.monotonic() - last_command
+    print(f"\nclosed {silent_for:.2f}s after the last command (heartbeat 1 s)")
+    # two intervals; closing at the next beat instead would take 2.75 s
+    assert 1.9 <= silent_for <= 2.5
+    _assert_alive(broker)
+
+
 def test_a_client_that_answers_heartbeats_stays_connected(broker):
     with _conn(broker, identify={"heartbeat_interval": 1000}, sub=("beats", "ch")) as c:
         start = time.monotonic()

@@ -49,6 +49,8 @@ def topic_empty(router, request) -> dict:
         if m.segment is not None:
             topic.release(m.segment)
     topic.backlog.clear()
+    for seg, count in topic.backlog_pending.clear():
+        topic.release(seg, count)
     topic.meta.backlog_start = dict(topic.hwm)
     topic.save_meta()
     return {}

@@ -20,6 +20,7 @@ from nsqmp.roles import Role
 
 _TS = struct.Struct(">q")
 _GC_INTERVAL = 30.0
+_MIN_IN_MEMORY = 100  # messages a channel keeps as objects even with a smaller mem-queue-size
 
 
 class Router(Role):
@@ -124,6 +125,14 @@ class Router(Role):
         if durable and (seq, offset + len(rec)) <= last:
             return
         seg = topic.segment(acceptor, seq) if durable else None
+        blob = pos + tlen
+        if (durable and len(rec) > blob + 3 and (seq, offset) > last
+                and not rec[blob + 3] & 0x80  # the whole batch is new, and not deferred
+                and self._lazy(topic)):
+            self._adopt_range(topic, seg, offset, offset + len(rec) - blob, count)
+            if self.opts.max_topic_bytes:
+                self.check_cap(topic)
+            return
         msgs = []  # (Message, due_ns)
         nbytes = 0
         rel = -1
@@ -144,6 +153,46 @@ class Router(Role):
         self._adopt(topic, msgs, nbytes)
         if seg is not None and self.opts.max_topic_bytes:
             self.check_cap(topic)
+
+    def _lazy(self, topic: Topic) -> bool:
+        """Whether a new batch of this topic is queued as a file range rather than objects:
+        when every durable channel it goes to (or the topic's backlog) already holds its
+        in-memory share (mem-queue-size messages) or has ranges queued."""
+        bound = max(topic.mem_queue_size, _MIN_IN_MEMORY)
+        if not topic.channels:
+            return bool(topic.backlog_pending) or len(topic.backlog) >= bound
+        for ch in topic.channels.values():
+            if ch.ephemeral or not (ch.pending or len(ch.ready) >= bound):
+                return False
+        return True
+
+    def _adopt_range(self, topic: Topic, seg, start: int, end: int, count: int) -> None:
+        """A batch of `count` records [start, end) of seg, left in the file for now."""
+        size = end - start
+        topic.hwm[seg.acceptor] = (seg.seq, end - 1)  # past every record of the batch
+        topic.count_bytes(seg, size)
+        topic.message_count += count
+        topic.message_bytes += size - count * 34  # record head 8 + timestamp, attempts, id 26
+        if not topic.channels:
+            topic.backlog_pending.add(seg, start, end, count)
+            seg.refs += count
+            return
+        for ch in topic.channels.values():
+            ch.pending.add(seg, start, end, count)
+            seg.refs += count
+            ch.message_count += count
+            self._mark(ch)
+
+    def _refill(self, ch: Channel) -> None:
+        """Read the channel's next records back from the files into its in-memory queue."""
+        want = max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
+        ready = ch.ready
+        for seg, offset, payload, due in ch.pending.take(want):
+            m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
+            if due:
+                self._defer(ch, m, 0, self._mono(due))
+            else:
+                ready.append((m, 0))
 
     # -- max-topic-bytes ---------------------------------------------------------------------
     def check_cap(self, topic: Topic) -> None:
@@ -188,12 +237,19 @@ class Router(Role):
                 topic.ack(ch, seg, m.offset)  # so a restart does not bring it back
                 topic.release(seg)
             dropped += len(gone)
+            for offset in ch.pending.remove_segment(seg):
+                topic.ack(ch, seg, offset)
+                topic.release(seg)
+                dropped += 1
         backlog = [(m, d) for m, d in topic.backlog if m.segment is seg]
         if backlog:
             topic.backlog = type(topic.backlog)((m, d) for m, d in topic.backlog if m.segment is not seg)
             for _ in backlog:
                 topic.release(seg)
             dropped += len(backlog)
+        for _ in topic.backlog_pending.remove_segment(seg):
+            topic.release(seg)
+            dropped += 1
         topic.dropped += dropped
         self._acks_pending.add(topic)
         self._flush_timer_soon()
@@ -346,6 +402,8 @@ class Router(Role):
             self._disarms.append(entry.token)
             if entry.message.segment is not None:
                 topic.release(entry.message.segment)
+        for seg, count in ch.pending.clear():
+            topic.release(seg, count)
         ch.ready.clear()
         ch.in_flight.clear()
         ch.deferred.clear()
@@ -465,8 +523,13 @@ class Router(Role):
         self._deliver_scheduled = False
         now = time.monotonic_ns()
         out: dict[int, list[bytes]] = {}
+        again: list[Channel] = []
         for ch in self._dirty:
-            if ch.paused or ch.topic.paused or not ch.ready:
+            if ch.paused or ch.topic.paused:
+                continue
+            if ch.pending and len(ch.ready) < max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) // 2:
+                self._refill(ch)
+            if not ch.ready:
                 continue
             ready = ch.ready
             for c in ch.with_credit():
@@ -486,7 +549,11 @@ class Router(Role):
                 c.message_count += n
                 if not ready:
                     break
+            if ch.pending and not ready and any(c.credit > 0 for c in ch.consumers.values()):
+                again.append(ch)  # read more from the files on the next pass, after the rings
         self._dirty.clear()
+        for ch in again:
+            self._mark(ch)
         for conn, frames in out.items():
             self._send_frames(conn, frames)
         self._flush_timer()

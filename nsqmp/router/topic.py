@@ -18,6 +18,7 @@ from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.channel import Channel
+from nsqmp.router.filequeue import FileQueue
 
 log = logging.getLogger("nsqmp.router")
 
@@ -48,6 +49,7 @@ class Topic:
         self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
+        self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
         self.segments: dict[tuple[int, int], Segment] = {}
         self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
         self.message_count = 0
@@ -102,6 +104,9 @@ class Topic:
             if first and self.backlog:
                 adopted = list(self.backlog)
                 self.backlog.clear()
+            if first and self.backlog_pending:
+                ch.message_count += len(self.backlog_pending)
+                ch.pending.extend(self.backlog_pending)  # their refs become the channel's
             self.save_meta()
         return ch, adopted
 
@@ -191,12 +196,12 @@ class Topic:
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]
-        depth = len(self.backlog)
+        depth = len(self.backlog) + len(self.backlog_pending)
         return {
             "topic_name": self.name.decode(),
             "channels": [c.stats(include_clients) for c in chans],
             "depth": depth,
-            "backend_depth": 0,
+            "backend_depth": len(self.backlog_pending),
             "message_count": self.message_count,
             "message_bytes": self.message_bytes,
             "paused": self.paused,

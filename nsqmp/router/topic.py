@@ -47,6 +47,7 @@ class Topic:
         self.hwm: dict[int, tuple[int, int]] = {}
         self.acklog: AckLog | None = None
         self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
+        self.acks_kept = 0  # entries the last compaction of the log kept
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
         self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
@@ -150,10 +151,11 @@ class Topic:
         self.flush_acks()
         if self.acklog is not None:
             self.acklog.sync()
-            # entries of deleted segments are dead weight: rewrite once they dominate
-            if self.acklog.entries > 100_000:
+            # entries of deleted segments are dead weight: rewrite once the log has doubled
+            # since the last rewrite (a log of live entries is not rewritten again and again)
+            if self.acklog.entries > max(100_000, 2 * self.acks_kept):
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
-                self.acklog.compact(lambda c, a, q, o: (a, q) in live)
+                self.acks_kept = self.acklog.compact(lambda c, a, q, o: (a, q) in live)
 
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
     CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")

@@ -35,6 +35,7 @@ class Router(Role):
         self._token_seq = itertools.count((generation & 0xFFFFFF) << 40 | 1)
         self._dirty: set[Channel] = set()
         self._deliver_scheduled = False
+        self._refills: set[Channel] = set()  # channels to top up from the files (_refill_soon)
         self._arms: list[tuple[int, int]] = []
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
@@ -183,9 +184,10 @@ class Router(Role):
             ch.message_count += count
             self._mark(ch)
 
-    def _refill(self, ch: Channel) -> None:
-        """Read the channel's next records back from the files into its in-memory queue."""
-        want = max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
+    def _refill(self, ch: Channel, want: int = 0) -> None:
+        """Read the channel's next records back from the files into its in-memory queue:
+        `want` of them, or as many as its in-memory share has room for."""
+        want = want or max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
         ready = ch.ready
         for seg, offset, payload, due in ch.pending.take(want):
             m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
@@ -523,43 +525,62 @@ class Router(Role):
         self._deliver_scheduled = False
         now = time.monotonic_ns()
         out: dict[int, list[bytes]] = {}
-        again: list[Channel] = []
+        tokens = self.tokens
+        arm = self._arms.append
+        next_token = self._token_seq.__next__
+        top_up: list[Channel] = []
         for ch in self._dirty:
             if ch.paused or ch.topic.paused:
                 continue
-            if ch.pending and len(ch.ready) < max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) // 2:
-                self._refill(ch)
-            if not ch.ready:
-                continue
             ready = ch.ready
+            if ch.pending:
+                if not ready:  # read now what the consumers can take now; the rest after this pass
+                    self._refill(ch, max(256, sum(c.credit for c in ch.consumers.values())))
+                top_up.append(ch)
+            if not ready:
+                continue
+            in_flight = ch.in_flight
             for c in ch.with_credit():
                 n = min(c.credit, len(ready))
-                frames = out.setdefault(c.conn, [])
+                add = out.setdefault(c.conn, []).append
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
                 for _ in range(n):
                     m, attempts = ready.popleft()
                     attempts += 1
-                    token = next(self._token_seq)
-                    inf = InFlight(token, m, attempts, c, deadline, now)
-                    ch.in_flight[m.id] = inf
-                    self.tokens[token] = inf
-                    self._arms.append((token, deadline))
-                    frames.append(message_frame(m.ts, attempts, m.id, m.body))
+                    token = next_token()
+                    in_flight[m.id] = tokens[token] = InFlight(token, m, attempts, c, deadline, now)
+                    arm((token, deadline))
+                    add(message_frame(m.ts, attempts, m.id, m.body))
                 c.in_flight += n
                 c.message_count += n
                 if not ready:
                     break
-            if ch.pending and not ready and any(c.credit > 0 for c in ch.consumers.values()):
-                again.append(ch)  # read more from the files on the next pass, after the rings
         self._dirty.clear()
-        for ch in again:
-            self._mark(ch)
         for conn, frames in out.items():
             self._send_frames(conn, frames)
         self._flush_timer()
         for topic in self._acks_pending:
             topic.flush_acks()
         self._acks_pending.clear()
+        for ch in top_up:  # after the sends above scheduled their flush
+            self._refill_soon(ch)
+
+    def _refill_soon(self, ch: Channel) -> None:
+        """Top the channel's in-memory queue up from the files once it is half empty: in a
+        callback of its own, after this pass's deliveries have gone out."""
+        if len(ch.ready) >= max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) // 2 or ch in self._refills:
+            return
+        if not self._refills:
+            self.loop.call_soon(self._refill_all)
+        self._refills.add(ch)
+
+    def _refill_all(self) -> None:
+        refills, self._refills = self._refills, set()
+        for ch in refills:
+            if ch.pending and ch.topic.channels.get(ch.name) is ch:
+                self._refill(ch)
+                if any(c.credit > 0 for c in ch.consumers.values()):
+                    self._mark(ch)
 
     def _send_frames(self, conn: int, frames: list[bytes]) -> None:
         dst = self.plan.acceptor_slot(records.conn_acceptor(conn))

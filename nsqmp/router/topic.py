@@ -48,6 +48,7 @@ class Topic:
         self.acklog: AckLog | None = None
         self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
         self.acks_kept = 0  # entries the last compaction of the log kept
+        self.deleted_since_compact = 0  # segment files deleted since (their entries are dead)
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
         self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
@@ -81,6 +82,7 @@ class Topic:
         seg.refs -= count
         if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
             del self.segments[(seg.acceptor, seg.seq)]
+            self.deleted_since_compact += 1
             if not seg.dropped:
                 self.disk_bytes -= seg.bytes
             try:
@@ -151,9 +153,10 @@ class Topic:
         self.flush_acks()
         if self.acklog is not None:
             self.acklog.sync()
-            # entries of deleted segments are dead weight: rewrite once the log has doubled
-            # since the last rewrite (a log of live entries is not rewritten again and again)
-            if self.acklog.entries > max(100_000, 2 * self.acks_kept):
+            # entries of deleted segments are dead weight: rewrite once files were deleted and
+            # the log has doubled since the last rewrite (not again and again while all live)
+            if self.deleted_since_compact and self.acklog.entries > max(100_000, 2 * self.acks_kept):
+                self.deleted_since_compact = 0
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
                 self.acks_kept = self.acklog.compact(lambda c, a, q, o: (a, q) in live)
 

@@ -189,9 +189,10 @@ class Router(Role):
         `want` of them, or as many as its in-memory share has room for."""
         want = want or max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
         ready = ch.ready
+        now = time.time_ns()
         for seg, offset, payload, due in ch.pending.take(want):
             m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
-            if due:
+            if due > now:
                 self._defer(ch, m, 0, self._mono(due))
             else:
                 ready.append((m, 0))

@@ -105,3 +105,18 @@ def test_router_killed_with_ranges_queued_loses_nothing(make_broker):
              what="recovered depth", timeout=20)
     rest = drain(broker, "kill", "ch", channel_stats(broker, "kill", "ch")["depth"], rdy=200)
     assert set(half) | set(rest) == sent  # at least once: FINs not yet logged may come back
+
+
+def test_backlog_bench_runs(capsys):
+    """`nsqmp bench backlog` with tiny parameters (figures are not checked, counts are)."""
+    import json
+
+    from nsqmp.bench import backlog
+
+    assert backlog.main(["--messages", "3000", "--size", "50", "--flag=--mem-queue-size=100"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["channel"] for r in lines] == [True, False]
+    for r in lines:
+        assert (r["depth"], r["recovered_depth"]) == (3000, 3000)
+        assert r["pss_idle_kib"] > 0 and r["pss_queued_kib"] > 0
+        assert len(r["router_pss_kib"]) == 2

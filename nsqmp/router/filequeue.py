@@ -16,8 +16,12 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from typing import TYPE_CHECKING
 
 from nsqmp.diskqueue.segment import DEFER, RECORD_HEAD
+
+if TYPE_CHECKING:
+    from nsqmp.router.topic import Segment
 
 log = logging.getLogger("nsqmp.router")
 
@@ -40,7 +44,7 @@ class FileQueue:
     def __len__(self) -> int:
         return self.count
 
-    def add(self, seg, start: int, end: int, count: int) -> None:
+    def add(self, seg: Segment, start: int, end: int, count: int) -> None:
         """Queue the records [start, end) of seg (count of them); the caller counts the refs."""
         if self.ranges:
             last = self.ranges[-1]
@@ -59,9 +63,9 @@ class FileQueue:
             self.add(seg, start, end, count)
         other.count = 0
 
-    def take(self, want: int) -> list[tuple[object, int, bytes, int]]:
+    def take(self, want: int) -> list[tuple[Segment, int, bytes, int]]:
         """Read up to `want` records from the front: (segment, offset, encoding, due_ns)."""
-        out: list[tuple[object, int, bytes, int]] = []
+        out: list[tuple[Segment, int, bytes, int]] = []
         while self.ranges and len(out) < want:
             r = self.ranges[0]
             seg = r[0]
@@ -79,7 +83,7 @@ class FileQueue:
                 self.ranges.popleft()
         return out
 
-    def remove_segment(self, seg) -> list[int]:
+    def remove_segment(self, seg: Segment) -> list[int]:
         """Forget every range of seg; the record offsets it held (to acknowledge them)."""
         offsets: list[int] = []
         keep: deque[list] = deque()
@@ -95,7 +99,7 @@ class FileQueue:
         self.ranges = keep
         return offsets
 
-    def clear(self) -> list[tuple[object, int]]:
+    def clear(self) -> list[tuple[Segment, int]]:
         """Forget every range; (segment, count) of each, so the caller releases the refs."""
         gone = [(r[0], r[3]) for r in self.ranges]
         self.ranges.clear()

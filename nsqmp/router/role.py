@@ -127,13 +127,15 @@ class Router(Role):
             return
         seg = topic.segment(acceptor, seq) if durable else None
         blob = pos + tlen
+        lazy: list[Channel] = []  # channels that take this batch as a file range
         if (durable and len(rec) > blob + 3 and (seq, offset) > last
-                and not rec[blob + 3] & 0x80  # the whole batch is new, and not deferred
-                and self._lazy(topic)):
-            self._adopt_range(topic, seg, offset, offset + len(rec) - blob, count)
-            if self.opts.max_topic_bytes:
-                self.check_cap(topic)
-            return
+                and not rec[blob + 3] & 0x80):  # the whole batch is new, and not deferred
+            lazy = self._lazy(topic)
+            if len(lazy) == max(1, len(topic.channels)):
+                self._adopt_range(topic, seg, offset, offset + len(rec) - blob, count)
+                if self.opts.max_topic_bytes:
+                    self.check_cap(topic)
+                return
         msgs = []  # (Message, due_ns)
         nbytes = 0
         rel = -1
@@ -151,21 +153,20 @@ class Router(Role):
             return
         if seg is not None:
             topic.count_bytes(seg, added)
-        self._adopt(topic, msgs, nbytes)
+        self._adopt(topic, msgs, nbytes, lazy, (seg, offset, offset + len(rec) - blob, count))
         if seg is not None and self.opts.max_topic_bytes:
             self.check_cap(topic)
 
-    def _lazy(self, topic: Topic) -> bool:
-        """Whether a new batch of this topic is queued as a file range rather than objects:
-        when every durable channel it goes to (or the topic's backlog) already holds its
-        in-memory share (mem-queue-size messages) or has ranges queued."""
+    def _lazy(self, topic: Topic) -> list:
+        """Where a new batch of this topic goes as a file range rather than as objects: the
+        durable channels that already hold their in-memory share (mem-queue-size
+        messages) or have ranges queued; [None] for the topic's own backlog when it has no
+        channel and is in the same state."""
         bound = max(topic.mem_queue_size, _MIN_IN_MEMORY)
         if not topic.channels:
-            return bool(topic.backlog_pending) or len(topic.backlog) >= bound
-        for ch in topic.channels.values():
-            if ch.ephemeral or not (ch.pending or len(ch.ready) >= bound):
-                return False
-        return True
+            return [None] if topic.backlog_pending or len(topic.backlog) >= bound else []
+        return [ch for ch in topic.channels.values()
+                if not ch.ephemeral and (ch.pending or len(ch.ready) >= bound)]
 
     def _adopt_range(self, topic: Topic, seg, start: int, end: int, count: int) -> None:
         """A batch of `count` records [start, end) of seg, left in the file for now."""
@@ -259,11 +260,28 @@ class Router(Role):
         self.log.warning("topic %s over max-topic-bytes: dropped %d queued messages of %s",
                          topic.name.decode(), dropped, seg.path)
 
-    def _adopt(self, topic: Topic, msgs: list, nbytes: int) -> None:
-        """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first."""
+    def _adopt(self, topic: Topic, msgs: list, nbytes: int, lazy: list | None = None,
+               span: tuple | None = None) -> None:
+        """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first.
+
+        The channels in `lazy` take the whole batch as the file range `span` (segment,
+        start, end, count) instead, and a lazy topic backlog ([None]) likewise.
+        """
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
+        if lazy and span is not None:
+            seg, start, end, count = span
+            if not channels:
+                topic.backlog_pending.add(seg, start, end, count)
+                seg.refs += count
+                return
+            for ch in lazy:
+                ch.pending.add(seg, start, end, count)
+                seg.refs += count
+                ch.message_count += count
+                self._mark(ch)
+            channels = [ch for ch in channels if ch not in lazy]
         if not channels:
             if topic.ephemeral:
                 room = max(0, topic.mem_queue_size - len(topic.backlog))

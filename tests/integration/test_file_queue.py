@@ -120,3 +120,27 @@ def test_backlog_bench_runs(capsys):
         assert (r["depth"], r["recovered_depth"]) == (3000, 3000)
         assert r["pss_idle_kib"] > 0 and r["pss_queued_kib"] > 0
         assert len(r["router_pss_kib"]) == 2
+
+
+def test_idle_channel_goes_to_the_files_while_another_keeps_up(make_broker):
+    """A channel nobody reads is not held in memory because another channel is drained."""
+    broker = make_broker(*BOUND)
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        c.sub("two", "idle")
+    with Connection.connect(broker.tcp_address) as reader:
+        reader.identify()
+        reader.sub("two", "busy", rdy=1000)
+        got = []
+        with Connection.connect(broker.tcp_address) as p:
+            for i in range(40):
+                bodies = [b"%02d-%03d" % (i, k) for k in range(50)]
+                p.mpub("two", bodies)
+                for _ in bodies:  # the busy channel keeps up: its queue stays short
+                    m = reader.read_message()
+                    got.append(m.body)
+                    reader.fin(m.id)
+    assert len(set(got)) == 2000
+    idle = channel_stats(broker, "two", "idle")
+    assert idle["depth"] == 2000 and idle["backend_depth"] >= 2000 - 200, idle
+    assert set(drain(broker, "two", "idle", 2000, rdy=300)) == set(got)

@@ -59,6 +59,8 @@ def topic_empty(router, request) -> dict:
                     topic.release(m.segment)
         topic.held = []
         topic.hold_start = dict(topic.hwm)
+    for seg, count in topic.backlog_pending.clear():
+        topic.release(seg, count)
     topic.meta.backlog_start = dict(topic.hwm)
     topic.save_meta()
     return {}

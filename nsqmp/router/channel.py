@@ -9,6 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from nsqmp.router.filequeue import FileQueue
+
 if TYPE_CHECKING:
     from nsqmp.router.topic import Topic
 
@@ -70,6 +72,7 @@ class Channel:
     id: int = 0  # stable id in the topic's meta and ack log (0: ephemeral, never persisted)
     start: dict | None = None  # per acceptor stream: last record published before we existed
     ready: deque = field(default_factory=deque)  # (Message, attempts delivered so far)
+    pending: FileQueue = field(default_factory=FileQueue)  # queued behind ready, still in the files
     in_flight: dict = field(default_factory=dict)  # message id -> InFlight
     deferred: dict = field(default_factory=dict)  # token -> Deferred
     consumers: dict = field(default_factory=dict)  # conn -> Consumer
@@ -120,8 +123,8 @@ class Channel:
                 })
         return {
             "channel_name": self.name.decode(),
-            "depth": len(self.ready),
-            "backend_depth": 0,
+            "depth": len(self.ready) + len(self.pending),
+            "backend_depth": len(self.pending),
             "in_flight_count": len(self.in_flight),
             "deferred_count": len(self.deferred),
             "message_count": self.message_count,

@@ -5,7 +5,9 @@ For every topic directory this router owns (crc32(name) % R == index):
   2. acks.log gives, per channel id, the positions already finished;
   3. every segment is scanned in (acceptor, seq) order; each record is outstanding for
      each channel that existed when it was published and has no ack for it. Deferred
-     records keep their original due time; one already due is ready at once.
+     records keep their original due time; one already due is ready at once. An
+     outstanding record never delivered before is queued as a file range
+     (router/filequeue.py), read back when consumers want it, not held as an object.
 The last position seen per acceptor stream becomes the topic's high-water mark, so the
 PUBLISH descriptors still waiting in the rings for records recovered here are skipped.
 What was in flight or REQ'd with a delay comes back ready (at worst an early redelivery);
@@ -117,17 +119,22 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
         tries: dict = {ch: {} for ch in channels}
         resync = not (live_writers and newest[acceptor] == seq)
         for offset, payload, due in scan(seg.path, stats, resync):
-            m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
+            size = 8 + len(payload) + (8 if due else 0)
+            m = None  # a Message only for what does not wait as a file range
             topic.hwm[acceptor] = (seq, offset)
-            topic.count_bytes(seg, 8 + len(payload) + (8 if due else 0))
+            topic.count_bytes(seg, size)
             due = due if due > now else 0
             summary.messages += 1
             if due:
                 summary.deferred += 1
+                m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
             emptied = topic.meta.backlog_start.get(acceptor)
             if not channels:
                 if emptied is None or (seq, offset) > tuple(emptied):
-                    topic.backlog.append((m, due))
+                    if m is not None:
+                        topic.backlog.append((m, due))
+                    else:
+                        topic.backlog_pending.add(seg, offset, offset + size, 1)
                     seg.refs += 1
                 continue
             pos = (acceptor, seq, offset)
@@ -139,6 +146,14 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                 if pos in finished.get(ch.id, ()):
                     continue
                 kept = saved.get(ch.id, {}).get(pos)
+                if kept is None and not due:
+                    # outstanding, never delivered: it waits in the file (router/filequeue.py)
+                    ch.pending.add(seg, offset, offset + size, 1)
+                    ch.message_count += 1
+                    seg.refs += 1
+                    continue
+                if m is None:
+                    m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
                 if kept is not None:
                     tries[ch][m] = kept[1]
                     if kept[0] > now:

@@ -22,6 +22,7 @@ from nsqmp.roles import Role
 
 _TS = struct.Struct(">q")
 _GC_INTERVAL = 30.0
+_MIN_IN_MEMORY = 100  # messages a channel keeps as objects even with a smaller mem-queue-size
 
 
 class Router(Role):
@@ -36,6 +37,7 @@ class Router(Role):
         self._token_seq = itertools.count((generation & 0xFFFFFF) << 40 | 1)
         self._dirty: set[Channel] = set()
         self._deliver_scheduled = False
+        self._refills: set[Channel] = set()  # channels to top up from the files (_refill_soon)
         self._arms: list[tuple[int, int]] = []
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
@@ -152,6 +154,16 @@ class Router(Role):
         if durable and (seq, offset + len(rec)) <= last:
             return
         seg = topic.segment(acceptor, seq) if durable else None
+        blob = pos + tlen
+        lazy: list[Channel] = []  # channels that take this batch as a file range
+        if (durable and topic.held is None and len(rec) > blob + 3 and (seq, offset) > last
+                and not rec[blob + 3] & 0x80):  # the whole batch is new, not deferred, not held
+            lazy = self._lazy(topic)
+            if len(lazy) == max(1, len(topic.channels)):
+                self._adopt_range(topic, seg, offset, offset + len(rec) - blob, count)
+                if self.opts.max_topic_bytes:
+                    self.check_cap(topic)
+                return
         msgs = []  # (Message, due_ns)
         nbytes = 0
         rel = -1
@@ -169,9 +181,50 @@ class Router(Role):
             return
         if seg is not None:
             topic.count_bytes(seg, added)
-        self._adopt(topic, msgs, nbytes)
+        self._adopt(topic, msgs, nbytes, lazy, (seg, offset, offset + len(rec) - blob, count))
         if seg is not None and self.opts.max_topic_bytes:
             self.check_cap(topic)
+
+    def _lazy(self, topic: Topic) -> list:
+        """Where a new batch of this topic goes as a file range rather than as objects: the
+        durable channels that already hold their in-memory share (mem-queue-size
+        messages) or have ranges queued; [None] for the topic's own backlog when it has no
+        channel and is in the same state."""
+        bound = max(topic.mem_queue_size, _MIN_IN_MEMORY)
+        if not topic.channels:
+            return [None] if topic.backlog_pending or len(topic.backlog) >= bound else []
+        return [ch for ch in topic.channels.values()
+                if not ch.ephemeral and (ch.pending or len(ch.ready) >= bound)]
+
+    def _adopt_range(self, topic: Topic, seg, start: int, end: int, count: int) -> None:
+        """A batch of `count` records [start, end) of seg, left in the file for now."""
+        size = end - start
+        topic.hwm[seg.acceptor] = (seg.seq, end - 1)  # past every record of the batch
+        topic.count_bytes(seg, size)
+        topic.message_count += count
+        topic.message_bytes += size - count * 34  # record head 8 + timestamp, attempts, id 26
+        if not topic.channels:
+            topic.backlog_pending.add(seg, start, end, count)
+            seg.refs += count
+            return
+        for ch in topic.channels.values():
+            ch.pending.add(seg, start, end, count)
+            seg.refs += count
+            ch.message_count += count
+            self._mark(ch)
+
+    def _refill(self, ch: Channel, want: int = 0) -> None:
+        """Read the channel's next records back from the files into its in-memory queue:
+        `want` of them, or as many as its in-memory share has room for."""
+        want = want or max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
+        ready = ch.ready
+        now = time.time_ns()
+        for seg, offset, payload, due in ch.pending.take(want):
+            m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
+            if due > now:
+                self._defer(ch, m, 0, self._mono(due))
+            else:
+                ready.append((m, 0))
 
     # -- max-topic-bytes ---------------------------------------------------------------------
     def check_cap(self, topic: Topic) -> None:
@@ -216,6 +269,10 @@ class Router(Role):
                 topic.ack(ch, seg, m.offset)  # so a restart does not bring it back
                 topic.release(seg)
             dropped += len(gone)
+            for offset in ch.pending.remove_segment(seg):
+                topic.ack(ch, seg, offset)
+                topic.release(seg)
+                dropped += 1
         backlog = [(m, d) for m, d in topic.backlog if m.segment is seg]
         if backlog:
             topic.backlog = type(topic.backlog)((m, d) for m, d in topic.backlog if m.segment is not seg)
@@ -231,20 +288,40 @@ class Router(Role):
                 dropped += len(msgs) - len(keep)
                 held.append((keep, nbytes))
             topic.held = held
+        for _ in topic.backlog_pending.remove_segment(seg):
+            topic.release(seg)
+            dropped += 1
         topic.dropped += dropped
         self._acks_pending.add(topic)
         self._flush_timer_soon()
         self.log.warning("topic %s over max-topic-bytes: dropped %d queued messages of %s",
                          topic.name.decode(), dropped, seg.path)
 
-    def _adopt(self, topic: Topic, msgs: list, nbytes: int) -> None:
-        """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first."""
+    def _adopt(self, topic: Topic, msgs: list, nbytes: int, lazy: list | None = None,
+               span: tuple | None = None) -> None:
+        """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first.
+
+        The channels in `lazy` take the whole batch as the file range `span` (segment,
+        start, end, count) instead, and a lazy topic backlog ([None]) likewise.
+        """
         if topic.held is not None:  # a new topic waiting for the lookupds' channels
             self.lookup.hold(topic, msgs, nbytes)
             return
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
+        if lazy and span is not None:
+            seg, start, end, count = span
+            if not channels:
+                topic.backlog_pending.add(seg, start, end, count)
+                seg.refs += count
+                return
+            for ch in lazy:
+                ch.pending.add(seg, start, end, count)
+                seg.refs += count
+                ch.message_count += count
+                self._mark(ch)
+            channels = [ch for ch in channels if ch not in lazy]
         if not channels:
             if topic.ephemeral:
                 room = max(0, topic.mem_queue_size - len(topic.backlog))
@@ -386,6 +463,8 @@ class Router(Role):
             self._disarms.append(entry.token)
             if entry.message.segment is not None:
                 topic.release(entry.message.segment)
+        for seg, count in ch.pending.clear():
+            topic.release(seg, count)
         ch.ready.clear()
         ch.in_flight.clear()
         ch.deferred.clear()
@@ -517,23 +596,32 @@ class Router(Role):
         self._deliver_scheduled = False
         now = time.monotonic_ns()
         out: dict[int, list[bytes]] = {}
+        tokens = self.tokens
+        arm = self._arms.append
+        next_token = self._token_seq.__next__
+        top_up: list[Channel] = []
         for ch in self._dirty:
-            if ch.paused or ch.topic.paused or not ch.ready:
+            if ch.paused or ch.topic.paused:
                 continue
             ready = ch.ready
+            if ch.pending:
+                if not ready:  # read now what the consumers can take now; the rest after this pass
+                    self._refill(ch, max(256, sum(c.credit for c in ch.consumers.values())))
+                top_up.append(ch)
+            if not ready:
+                continue
+            in_flight = ch.in_flight
             for c in ch.with_credit():
                 n = min(c.credit, len(ready))
-                frames = out.setdefault(c.conn, [])
+                add = out.setdefault(c.conn, []).append
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
                 for _ in range(n):
                     m, attempts = ready.popleft()
                     attempts += 1
-                    token = next(self._token_seq)
-                    inf = InFlight(token, m, attempts, c, deadline, now)
-                    ch.in_flight[m.id] = inf
-                    self.tokens[token] = inf
-                    self._arms.append((token, deadline))
-                    frames.append(message_frame(m.ts, attempts, m.id, m.body))
+                    token = next_token()
+                    in_flight[m.id] = tokens[token] = InFlight(token, m, attempts, c, deadline, now)
+                    arm((token, deadline))
+                    add(message_frame(m.ts, attempts, m.id, m.body))
                 c.in_flight += n
                 c.message_count += n
                 if not ready:
@@ -545,6 +633,25 @@ class Router(Role):
         for topic in self._acks_pending:
             topic.flush_acks()
         self._acks_pending.clear()
+        for ch in top_up:  # after the sends above scheduled their flush
+            self._refill_soon(ch)
+
+    def _refill_soon(self, ch: Channel) -> None:
+        """Top the channel's in-memory queue up from the files once it is half empty: in a
+        callback of its own, after this pass's deliveries have gone out."""
+        if len(ch.ready) >= max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) // 2 or ch in self._refills:
+            return
+        if not self._refills:
+            self.loop.call_soon(self._refill_all)
+        self._refills.add(ch)
+
+    def _refill_all(self) -> None:
+        refills, self._refills = self._refills, set()
+        for ch in refills:
+            if ch.pending and ch.topic.channels.get(ch.name) is ch:
+                self._refill(ch)
+                if any(c.credit > 0 for c in ch.consumers.values()):
+                    self._mark(ch)
 
     def _send_frames(self, conn: int, frames: list[bytes]) -> None:
         dst = self.plan.acceptor_slot(records.conn_acceptor(conn))

@@ -18,6 +18,7 @@ from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.channel import Channel
+from nsqmp.router.filequeue import FileQueue
 
 log = logging.getLogger("nsqmp.router")
 
@@ -46,8 +47,11 @@ class Topic:
         self.hwm: dict[int, tuple[int, int]] = {}
         self.acklog: AckLog | None = None
         self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
+        self.acks_kept = 0  # entries the last compaction of the log kept
+        self.deleted_since_compact = 0  # segment files deleted since (their entries are dead)
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
+        self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
         self.segments: dict[tuple[int, int], Segment] = {}
         self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
         self.message_count = 0
@@ -86,6 +90,7 @@ class Topic:
         seg.refs -= count
         if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
             del self.segments[(seg.acceptor, seg.seq)]
+            self.deleted_since_compact += 1
             if not seg.dropped:
                 self.disk_bytes -= seg.bytes
             try:
@@ -111,6 +116,9 @@ class Topic:
             if first and self.backlog:
                 adopted = list(self.backlog)
                 self.backlog.clear()
+            if first and self.backlog_pending:
+                ch.message_count += len(self.backlog_pending)
+                ch.pending.extend(self.backlog_pending)  # their refs become the channel's
             self.save_meta()
         return ch, adopted
 
@@ -154,10 +162,12 @@ class Topic:
         self.flush_acks()
         if self.acklog is not None:
             self.acklog.sync()
-            # entries of deleted segments are dead weight: rewrite once they dominate
-            if self.acklog.entries > 100_000:
+            # entries of deleted segments are dead weight: rewrite once files were deleted and
+            # the log has doubled since the last rewrite (not again and again while all live)
+            if self.deleted_since_compact and self.acklog.entries > max(100_000, 2 * self.acks_kept):
+                self.deleted_since_compact = 0
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
-                self.acklog.compact(lambda c, a, q, o: (a, q) in live)
+                self.acks_kept = self.acklog.compact(lambda c, a, q, o: (a, q) in live)
 
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
     CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")
@@ -200,12 +210,12 @@ class Topic:
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]
-        depth = len(self.backlog) + self.held_count
+        depth = len(self.backlog) + self.held_count + len(self.backlog_pending)
         return {
             "topic_name": self.name.decode(),
             "channels": [c.stats(include_clients) for c in chans],
             "depth": depth,
-            "backend_depth": 0,
+            "backend_depth": len(self.backlog_pending),
             "message_count": self.message_count,
             "message_bytes": self.message_bytes,
             "paused": self.paused,

@@ -104,8 +104,8 @@ def _kill_child(broker: Broker, title: str) -> None:
     wait_for(lambda: broker.children().get(title) not in (None, old), timeout=10, what=f"new {title}")
 
 
-def run_suite(tmp_path, rounds: int) -> dict:
-    b = Broker(tmp_path / "data", "--acceptors", "2", "--routers", "2",
+def run_suite(tmp_path, rounds: int, extra: tuple[str, ...] = ()) -> dict:
+    b = Broker(tmp_path / "data", "--acceptors", "2", "--routers", "2", *extra,
                "--max-bytes-per-file", str(256 * 1024)).start()
     state = {"broker": b}
 
@@ -136,7 +136,7 @@ def run_suite(tmp_path, rounds: int) -> dict:
             old = state["broker"]
             old.kill()
             kills += 1
-            state["broker"] = Broker(old.data_path, "--acceptors", "2", "--routers", "2",
+            state["broker"] = Broker(old.data_path, "--acceptors", "2", "--routers", "2", *extra,
                                      "--max-bytes-per-file", str(256 * 1024),
                                      "--tcp-address", old.tcp_address,
                                      "--http-address", old.http_address).start()
@@ -179,9 +179,11 @@ def run_suite(tmp_path, rounds: int) -> dict:
 
 
 @pytest.mark.slow
-def test_nothing_acknowledged_is_lost_across_crashes(tmp_path, request):
+# mem-queue-size 100: queues are mostly file ranges read back from the segments
+@pytest.mark.parametrize("extra", [(), ("--mem-queue-size", "100")], ids=["objects", "file-ranges"])
+def test_nothing_acknowledged_is_lost_across_crashes(tmp_path, request, extra):
     rounds = request.config.getoption("--crash-rounds") or 3
-    tally = run_suite(tmp_path, rounds)
+    tally = run_suite(tmp_path, rounds, extra)
     print("\ncrash suite tally:", tally)
     assert tally["acked"] > 1000, tally
     assert tally["lost"] == 0, tally

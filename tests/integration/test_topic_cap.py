@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 
 from nsqmp.client import Connection, NSQError
 from tests.harness import Broker, wait_for
@@ -59,8 +60,10 @@ def test_refuse_policy_refuses_then_recovers(tmp_path):
         assert b.stop() == 0
 
 
-def test_drop_oldest_policy_keeps_the_newest(tmp_path):
-    b = Broker(tmp_path / "data", "--max-topic-bytes", str(256 * 1024),
+# mem-queue-size 100: most of the queue is file ranges, not objects (router/filequeue.py)
+@pytest.mark.parametrize("extra", [(), ("--mem-queue-size", "100")], ids=["objects", "file-ranges"])
+def test_drop_oldest_policy_keeps_the_newest(tmp_path, extra):
+    b = Broker(tmp_path / "data", "--max-topic-bytes", str(256 * 1024), *extra,
                "--max-bytes-per-file", str(64 * 1024), "--topic-full-policy", "drop-oldest").start()
     try:
         with Connection.connect(b.tcp_address) as c:
@@ -83,7 +86,7 @@ def test_drop_oldest_policy_keeps_the_newest(tmp_path):
         assert depth + dropped == len(sent)
         # what was dropped stays dropped across a restart
         assert b.stop() == 0
-        b = Broker(b.data_path, "--max-topic-bytes", str(256 * 1024), "--max-bytes-per-file",
+        b = Broker(b.data_path, "--max-topic-bytes", str(256 * 1024), *extra, "--max-bytes-per-file",
                    str(64 * 1024), "--topic-full-policy", "drop-oldest").start()
         assert stats()["channels"][0]["depth"] == depth
         got = []

@@ -87,6 +87,8 @@ class Broker(Daemon):
             base += ["--tcp-address", "127.0.0.1:0"]
         if not any(a.startswith("--http-address") for a in args):
             base += ["--http-address", "127.0.0.1:0"]
+        if not any(a.startswith("--https-address") for a in args):
+            base += ["--https-address", "127.0.0.1:0"]  # listened on only when TLS is configured
         return base + args
 
     def start(self, timeout: float = 20.0) -> "Broker":

@@ -88,3 +88,14 @@ class Deliveries:
     @property
     def complete(self) -> bool:
         return len(self.finished) >= self.expected
+
+
+def run(roundtrip, redelivery, heartbeat, auth, call=lambda scenario, args: scenario(args)) -> None:
+    """A driver's main: run the scenario named on the command line, then say "done".
+
+    `call` runs a scenario function (asyncio.run of it for the asyncio libraries)."""
+    args = parse()
+    scenario = {"roundtrip": roundtrip, "requeue": redelivery, "timeout": redelivery,
+                "heartbeat": heartbeat, "auth": auth}[args.scenario]
+    call(scenario, args)
+    emit("done")

@@ -212,11 +212,7 @@ def auth(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    args = cli.parse()
-    scenario = {"roundtrip": roundtrip, "requeue": redelivery, "timeout": redelivery,
-                "heartbeat": heartbeat, "auth": auth}[args.scenario]
-    scenario(args)
-    cli.emit("done")
+    cli.run(roundtrip, redelivery, heartbeat, auth)
 
 
 if __name__ == "__main__":

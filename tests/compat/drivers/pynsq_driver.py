@@ -173,11 +173,7 @@ async def auth(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    args = cli.parse()
-    scenario = {"roundtrip": roundtrip, "requeue": redelivery, "timeout": redelivery,
-                "heartbeat": heartbeat, "auth": auth}[args.scenario]
-    asyncio.run(scenario(args))
-    cli.emit("done")
+    cli.run(roundtrip, redelivery, heartbeat, auth, call=lambda scenario, args: asyncio.run(scenario(args)))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from nsqmp.client import Connection, wire
 from nsqmp.launcher import Broker
 
-__all__ = ["Broker", "wait_for"]
+__all__ = ["Broker", "assert_fatal", "wait_for"]
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
@@ -55,3 +58,14 @@ def pynsq_round_trip(address: str, topic: str, bodies: list[bytes], reader_opts:
         return got
 
     return asyncio.run(scenario())
+
+
+def assert_fatal(c: Connection, data: bytes, text: str) -> None:
+    """Send data: exactly one error frame with this text, then the server closes."""
+    c.send(data)
+    frame = c.read_frame()
+    assert (frame.type, frame.data.decode()) == (wire.FRAME_ERROR, text)
+    with pytest.raises((EOFError, ConnectionResetError)):
+        extra = c.read_frame()
+        pytest.fail(f"the connection stayed open and sent {extra}")
+    c.close()

@@ -18,7 +18,7 @@ import pytest
 
 from nsqmp.client import Connection, wire
 from tests.auth_server import AuthServer, dead_address
-from tests.harness import Broker
+from tests.harness import Broker, assert_fatal
 from tests.integration.test_tls import _frames
 
 I32 = struct.Struct(">i")
@@ -63,17 +63,6 @@ def _conn(broker, secret: str | None = None) -> Connection:
     if secret is not None:
         c.auth(secret)
     return c
-
-
-def _assert_fatal(c: Connection, data: bytes, text: str) -> None:
-    """Send data: exactly one error frame with this text, then the server closes."""
-    c.send(data)
-    frame = c.read_frame()
-    assert (frame.type, frame.data.decode()) == (wire.FRAME_ERROR, text)
-    with pytest.raises((EOFError, ConnectionResetError)):
-        extra = c.read_frame()
-        pytest.fail(f"the connection stayed open and sent {extra}")
-    c.close()
 
 
 def _auth_raw(body: bytes) -> bytes:
@@ -127,7 +116,7 @@ def test_auth_errors_are_fatal(broker, setup, data, text):
         c.send(data)
         assert c.read_frame().data == b"OK"
         data = b""
-    _assert_fatal(c, data, text)
+    assert_fatal(c, data, text)
 
 
 @pytest.mark.parametrize("data, text", [
@@ -137,13 +126,13 @@ def test_auth_errors_are_fatal(broker, setup, data, text):
     (wire.sub("orders", "billing"), "E_AUTH_FIRST AUTH required before SUB"),
 ])
 def test_commands_before_auth(broker, data, text):
-    _assert_fatal(_conn(broker), data, text)
+    assert_fatal(_conn(broker), data, text)
 
 
 def test_mpub_is_checked_before_its_body_arrives(broker):
     """nsqd checks MPUB's authorization before reading the body: the error comes at once."""
     c = _conn(broker)
-    _assert_fatal(c, b"MPUB logs\n", "E_AUTH_FIRST AUTH required before MPUB")
+    assert_fatal(c, b"MPUB logs\n", "E_AUTH_FIRST AUTH required before MPUB")
 
 
 def test_auth_disabled(tmp_path):
@@ -151,7 +140,7 @@ def test_auth_disabled(tmp_path):
     try:
         c = Connection.connect(b.tcp_address, timeout=5)
         assert c.identify()["auth_required"] is False
-        _assert_fatal(c, _auth_raw(b"secret"), "E_AUTH_DISABLED AUTH disabled")
+        assert_fatal(c, _auth_raw(b"secret"), "E_AUTH_DISABLED AUTH disabled")
         c = Connection.connect(b.tcp_address, timeout=5)
         c.pub("free", b"no auth needed")  # and nothing asks for it
         c.close()
@@ -184,7 +173,7 @@ def test_allowed(broker, cmd, data):
     (wire.dpub("orders", 5, b"x"), 'E_UNAUTHORIZED AUTH failed for DPUB on "orders" ""'),
 ])
 def test_refused(broker, data, text):
-    _assert_fatal(_conn(broker, "good"), data, text)
+    assert_fatal(_conn(broker, "good"), data, text)
 
 
 def test_pipelined_auth_then_commands(broker):
@@ -263,7 +252,7 @@ def test_ttl_expiry_with_a_failing_server_is_fatal(broker, authd):
     c.pub("logs", b"a")
     authd.answer("revoked", 403, {"message": "REVOKED"})
     time.sleep(1.2)
-    _assert_fatal(c, wire.pub("logs", b"b"), "E_AUTH_FAILED AUTH failed")
+    assert_fatal(c, wire.pub("logs", b"b"), "E_AUTH_FAILED AUTH failed")
     assert len(authd.queries_for("revoked")) == 2
 
 
@@ -273,7 +262,7 @@ def test_ttl_expiry_with_narrower_rights(broker, authd):
     c.pub("events", b"a")
     authd.grant("narrow", [{"topic": "^logs$", "channels": [".*"], "permissions": ["publish"]}], ttl=1)
     time.sleep(1.2)
-    _assert_fatal(c, wire.mpub("events", [b"b"]), 'E_UNAUTHORIZED AUTH failed for MPUB on "events" ""')
+    assert_fatal(c, wire.mpub("events", [b"b"]), 'E_UNAUTHORIZED AUTH failed for MPUB on "events" ""')
 
 
 # -- methods, endpoints, fail-over ----------------------------------------------------------
@@ -322,7 +311,7 @@ def test_redirects_are_followed_as_gos_client_does(make_broker):
         assert [(q.method, q.path, q.fields["secret"]) for q in a.queries] == [("POST", "/post-2", "r")]
         a.redirects["/post-2"] = (303, "/after-303")
         with _conn(b) as c:
-            _assert_fatal(c, _auth_raw(b"r"), "E_AUTH_FAILED AUTH failed")  # the GET has no secret: 403
+            assert_fatal(c, _auth_raw(b"r"), "E_AUTH_FAILED AUTH failed")  # the GET has no secret: 403
         assert (a.queries[-1].method, a.queries[-1].path, a.queries[-1].fields) == ("GET", "/after-303", {})
     finally:
         a.stop()
@@ -333,7 +322,7 @@ def test_a_redirect_loop_fails(make_broker):
     try:
         a.redirects["/auth"] = (302, "/auth")
         b = make_broker("--auth-http-address", a.address)
-        _assert_fatal(_conn(b), _auth_raw(b"r"), "E_AUTH_FAILED AUTH failed")
+        assert_fatal(_conn(b), _auth_raw(b"r"), "E_AUTH_FAILED AUTH failed")
         assert len(a.redirected) == 11  # the first request and 10 redirects, as Go's client
     finally:
         a.stop()
@@ -355,7 +344,7 @@ def test_fail_over_to_the_next_server(make_broker):
 
 def test_every_server_down_fails_the_auth(make_broker):
     b = make_broker("--auth-http-address", dead_address(), "--auth-http-address", dead_address())
-    _assert_fatal(_conn(b), _auth_raw(b"s"), "E_AUTH_FAILED AUTH failed")
+    assert_fatal(_conn(b), _auth_raw(b"s"), "E_AUTH_FAILED AUTH failed")
     assert b.http("GET", "/ping")[:2] == (200, b"OK")
 
 
@@ -366,7 +355,7 @@ def test_a_server_that_never_answers_times_out(make_broker):
         b = make_broker("--auth-http-address", a.address, "--http-client-request-timeout", "500ms")
         c = _conn(b)
         started = time.monotonic()
-        _assert_fatal(c, _auth_raw(b"hang"), "E_AUTH_FAILED AUTH failed")
+        assert_fatal(c, _auth_raw(b"hang"), "E_AUTH_FAILED AUTH failed")
         assert time.monotonic() - started < 8.0  # gave up long before the server would answer
     finally:
         a.stop()
@@ -435,7 +424,7 @@ def test_https_auth_server_not_trusted_fails(make_broker, pki):
     try:
         a.grant("s", [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}])
         b = make_broker("--auth-http-address", a.url())
-        _assert_fatal(_conn(b), _auth_raw(b"s"), "E_AUTH_FAILED AUTH failed")
+        assert_fatal(_conn(b), _auth_raw(b"s"), "E_AUTH_FAILED AUTH failed")
         assert a.queries == []
     finally:
         a.stop()

@@ -26,7 +26,7 @@ import pytest
 
 from nsqmp.client import Connection
 from nsqmp.client import wire
-from tests.harness import Broker, wait_for
+from tests.harness import Broker, assert_fatal, wait_for
 
 MAX_MSG = 1024
 MAX_BODY = 8192
@@ -97,14 +97,9 @@ def _assert_alive(broker) -> None:
 
 
 def _assert_fatal(broker, c: Connection, data: bytes, text: str) -> None:
-    """Send data: exactly one error frame with this text, then the server closes."""
-    c.send(data)
-    frame = c.read_frame()
-    assert (frame.type, frame.data.decode()) == (wire.FRAME_ERROR, text)
-    with pytest.raises((EOFError, ConnectionResetError)):
-        extra = c.read_frame()
-        pytest.fail(f"the connection stayed open and sent {extra}")
-    c.close()
+    """Send data: exactly one error frame with this text, then the server closes; the
+    broker lives on."""
+    assert_fatal(c, data, text)
     _assert_alive(broker)
 
 

@@ -268,6 +268,12 @@ class Router(Role):
                 if m.segment is not None:
                     m.segment.refs -= 1
             self._enqueue(ch, adopted)
+        limit = self.opts.max_channel_consumers
+        if limit and len(ch.consumers) >= limit:
+            # nsqd's AddClient refuses once the channel exists, and its SUB closes the connection
+            self._error(conn, True, f"E_SUB_FAILED SUB failed consumers for {topic_name.decode()}:"
+                                    f"{channel_name.decode()} exceeds limit of {limit}")
+            return
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer

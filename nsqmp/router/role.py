@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import random
 import struct
 import time
 
@@ -477,6 +478,8 @@ class Router(Role):
                 continue
             ready = ch.ready
             for c in ch.with_credit():
+                if c.info.get("sample_rate"):
+                    self._sample(ch, c)
                 n = min(c.credit, len(ready))
                 frames = out.setdefault(c.conn, [])
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
@@ -500,6 +503,27 @@ class Router(Role):
         for topic in self._acks_pending:
             topic.flush_acks()
         self._acks_pending.clear()
+
+    def _sample(self, ch: Channel, c: Consumer) -> None:
+        """IDENTIFY sample_rate: as nsqd's messagePump, each message this consumer would take
+        is skipped unless a draw in 0..99 is at most the rate; a skipped message is gone
+        for the channel (finished without being sent), so it is acknowledged here.
+        Leaves at the head of the queue up to the consumer's credit of messages it keeps."""
+        rate = int(c.info["sample_rate"])
+        ready = ch.ready
+        keep = []
+        while ready and len(keep) < c.credit:
+            entry = ready.popleft()
+            if random.randrange(100) <= rate:
+                keep.append(entry)
+                continue
+            m = entry[0]
+            if m.segment is not None:
+                topic = ch.topic
+                topic.ack(ch, m.segment, m.offset)
+                topic.release(m.segment)
+                self._acks_pending.add(topic)
+        ready.extendleft(reversed(keep))
 
     def _send_frames(self, conn: int, frames: list[bytes]) -> None:
         dst = self.plan.acceptor_slot(records.conn_acceptor(conn))

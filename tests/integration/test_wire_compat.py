@@ -44,3 +44,24 @@ def test_max_channel_consumers_refuses_the_next_sub_and_closes(make_broker):
     again = _consumer(broker, "limited", "ch")
     for c in (first, other, again):
         c.close()
+
+
+def test_sample_rate_delivers_a_sample_and_drops_the_rest(broker):
+    sampled = _consumer(broker, "sampled", "few", rdy=1000, sample_rate=10)
+    full = _consumer(broker, "sampled", "all", rdy=1000)
+    with Connection.connect(broker.tcp_address) as p:
+        for i in range(0, 600, 100):
+            p.mpub("sampled", [b"m%d" % n for n in range(i, i + 100)])
+    # the unsampled channel gets everything; the sampled one about 11 % (a draw 0..99 <= 10)
+    got_all = {full.read_message().body for _ in range(600)}
+    assert len(got_all) == 600
+    wait_for(lambda: _channels(broker, "sampled")["few"]["depth"] == 0, what="sampled channel drained")
+    few = _channels(broker, "sampled")["few"]
+    kept = few["in_flight_count"]
+    assert 10 <= kept <= 160, kept  # 600 draws at p=0.11: mean 66, these bounds are > 8 sigma
+    bodies = [sampled.read_message().body for _ in range(kept)]
+    assert len(set(bodies)) == kept and set(bodies) <= got_all
+    assert few["clients"][0]["sample_rate"] == 10
+    assert few["clients"][0]["message_count"] == kept
+    sampled.close()
+    full.close()

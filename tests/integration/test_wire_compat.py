@@ -65,3 +65,48 @@ def test_sample_rate_delivers_a_sample_and_drops_the_rest(broker):
     assert few["clients"][0]["message_count"] == kept
     sampled.close()
     full.close()
+
+
+def _topics(broker) -> set[str]:
+    return {t["topic_name"] for t in broker.stats()["topics"]}
+
+
+def test_ephemeral_channel_goes_with_its_last_consumer(broker):
+    a = _consumer(broker, "eph-durable", "c#ephemeral")
+    b = _consumer(broker, "eph-durable", "c#ephemeral")
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("eph-durable", b"queued, never read")
+    a.close()
+    wait_for(lambda: _channels(broker, "eph-durable")["c#ephemeral"]["client_count"] == 1, what="one left")
+    b.close()
+    wait_for(lambda: "c#ephemeral" not in _channels(broker, "eph-durable"), what="ephemeral channel deleted")
+    assert "eph-durable" in _topics(broker)  # a durable topic stays
+    # a new channel of the same name starts afresh: what the old one held went with it
+    c = _consumer(broker, "eph-durable", "c#ephemeral", rdy=10)
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("eph-durable", b"fresh")
+    assert c.read_message().body == b"fresh"
+    c.close()
+    # a channel created over HTTP without consumers is not deleted
+    status, _, _ = broker.http("POST", "/channel/create?topic=eph-durable&channel=idle%23ephemeral")
+    assert status == 200
+    wait_for(lambda: "c#ephemeral" not in _channels(broker, "eph-durable"), what="c#ephemeral gone again")
+    assert "idle#ephemeral" in _channels(broker, "eph-durable")
+
+
+def test_ephemeral_topic_goes_with_its_last_channel(broker):
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("et#ephemeral", b"no channel yet")
+    assert "et#ephemeral" in _topics(broker)  # a topic without channels stays
+    a = _consumer(broker, "et#ephemeral", "a#ephemeral", rdy=10)
+    assert a.read_message().body == b"no channel yet"  # the first channel takes the backlog
+    durable = _consumer(broker, "et#ephemeral", "b")
+    a.close()
+    wait_for(lambda: "a#ephemeral" not in _channels(broker, "et#ephemeral"), what="a#ephemeral deleted")
+    durable.close()
+    # a durable channel outlives its consumers, so the topic stays ...
+    assert set(_channels(broker, "et#ephemeral")) == {"b"}
+    # ... until that channel is deleted
+    status, _, _ = broker.http("POST", "/channel/delete?topic=et%23ephemeral&channel=b")
+    assert status == 200
+    wait_for(lambda: "et#ephemeral" not in _topics(broker), what="ephemeral topic deleted")

@@ -13,6 +13,7 @@ import orjson
 
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.http import HttpConnection
+from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher, router_for
 from nsqmp.acceptor.tcp import V2Connection
 from nsqmp import memstats
@@ -76,6 +77,8 @@ class Acceptor(Role):
         self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
         self.auth = AuthClient(self.opts)
         self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
+        self.producers = ProducerBoard(self)
+        self.producers.write()  # a restarted acceptor's producers are gone: say so at once
         self.parser = Parser(self.opts.max_msg_size, self.opts.max_body_size)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())
@@ -108,6 +111,7 @@ class Acceptor(Role):
             conn.close()
         await asyncio.sleep(0)  # let connection_lost run and queue the GONE records
         self.publisher.close()
+        self.producers.remove()
 
     # -- helpers used by the connections --------------------------------------------
     def new_conn_id(self) -> int:

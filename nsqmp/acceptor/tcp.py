@@ -88,6 +88,7 @@ class V2Connection(asyncio.Protocol):
         # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
         self._encode: Callable[[bytes], bytes] | None = None
         self._decode: Callable[[bytes], bytes] | None = None
+        self.pub_counts: dict[bytes, int] = {}  # messages published per topic (/stats producers)
 
     # -- transport callbacks ---------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -126,6 +127,8 @@ class V2Connection(asyncio.Protocol):
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         self.server.connections.pop(self.conn, None)
+        if self.pub_counts:
+            self.server.producers.changed()
         if self.router >= 0:
             self.server.endpoint.send(self.router, records.CONN.pack(records.GONE, self.conn))
 
@@ -423,8 +426,31 @@ class V2Connection(asyncio.Protocol):
             self.server.health_error(exc)
             raise FatalClientError(code, f"{cmd} failed {exc.strerror or exc}") from None
         self.server.health_ok()
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(bodies)
+        self.server.producers.changed()
         self.write(OK_FRAME)
         self.server.apply_backpressure(self)
+
+    def client_stats(self, topic: str | None) -> dict:
+        """nsqd's ClientV2Stats of this connection for /stats "producers" (pub_counts of
+        `topic` only, when given). The consumer counters live on the router: a connection
+        that also consumes shows its RDY here but 0 in flight, sent, finished, requeued."""
+        s = self.settings
+        counts = [{"topic": t.decode(), "count": n}
+                  for t, n in self.pub_counts.items() if topic is None or t.decode() == topic]
+        return {
+            "client_id": s.client_id, "hostname": s.hostname, "version": "V2",
+            "remote_address": self.remote, "state": self.state, "ready_count": self.rdy,
+            "in_flight_count": 0, "message_count": 0, "finish_count": 0, "requeue_count": 0,
+            "connect_ts": self.connect_ts, "sample_rate": s.sample_rate,
+            "deflate": s.deflate, "snappy": s.snappy, "user_agent": s.user_agent,
+            **self._auth_stats(),
+            **({"pub_counts": counts} if counts else {}),
+            "tls": self.tls, "tls_cipher_suite": "", "tls_version": "",
+            "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": False,
+            "topology_zone": "", "topology_region": "",
+            "nsqmp_acceptor": self.server.index,
+        }
 
     def cmd_sub(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:

@@ -97,7 +97,8 @@ def test_ephemeral_channel_goes_with_its_last_consumer(broker):
 def test_ephemeral_topic_goes_with_its_last_channel(broker):
     with Connection.connect(broker.tcp_address) as p:
         p.pub("et#ephemeral", b"no channel yet")
-    assert "et#ephemeral" in _topics(broker)  # a topic without channels stays
+    # the router takes the message after the OK: wait for it; a topic without channels stays
+    wait_for(lambda: "et#ephemeral" in _topics(broker), what="the ephemeral topic")
     a = _consumer(broker, "et#ephemeral", "a#ephemeral", rdy=10)
     assert a.read_message().body == b"no channel yet"  # the first channel takes the backlog
     durable = _consumer(broker, "et#ephemeral", "b")
@@ -110,3 +111,52 @@ def test_ephemeral_topic_goes_with_its_last_channel(broker):
     status, _, _ = broker.http("POST", "/channel/delete?topic=et%23ephemeral&channel=b")
     assert status == 200
     wait_for(lambda: "et#ephemeral" not in _topics(broker), what="ephemeral topic deleted")
+
+
+def _producers(broker, **params) -> dict[str, dict]:
+    return {p["client_id"]: p for p in broker.stats(**params)["producers"] or []}
+
+
+def test_stats_producers_from_every_acceptor(make_broker):
+    broker = make_broker("--acceptors", "2")
+    conns = []
+    for i in range(6):  # SO_REUSEPORT spreads them over both acceptors
+        c = Connection.connect(broker.tcp_address)
+        c.identify(client_id=f"prod{i}", user_agent="test/1")
+        for _ in range(i + 1):
+            c.pub("pa", b"x")
+        c.mpub("pb", [b"y"] * 3)
+        conns.append(c)
+    idle = Connection.connect(broker.tcp_address)  # never published: not a producer
+    idle.identify(client_id="idle")
+    want = {f"prod{i}": [{"topic": "pa", "count": i + 1}, {"topic": "pb", "count": 3}] for i in range(6)}
+
+    def complete():
+        got = _producers(broker)
+        return got if {k: v.get("pub_counts") for k, v in got.items()} == want else None
+    wait_for(complete, what="every producer in /stats")
+    # each request reaches either acceptor: every one of them sees all the producers
+    for _ in range(6):
+        got = _producers(broker)
+        assert {k: v["pub_counts"] for k, v in got.items()} == want
+    assert {p["nsqmp_acceptor"] for p in got.values()} <= {0, 1}
+    p0 = got["prod0"]
+    assert (p0["version"], p0["state"], p0["user_agent"], p0["tls"]) == ("V2", 0, "test/1", False)
+    # the topic filter keeps only that topic's count
+    only = _producers(broker, topic="pb")
+    assert {k: v["pub_counts"] for k, v in only.items()} == {f"prod{i}": [{"topic": "pb", "count": 3}]
+                                                              for i in range(6)}
+    # the text format: one line per producer, as nsqd's ClientV2Stats.String()
+    status, text, _ = broker.http("GET", "/stats?topic=pa")
+    assert status == 200
+    lines = text.decode().split("\n")
+    at = lines.index("Producers:")
+    prod_lines = sorted(lines[at + 1:at + 7])
+    assert all(line.startswith("   [V2 127.0.0.1:") and " msgs: " in line and " topics: pa=" in line
+               and " connected: " in line for line in prod_lines), prod_lines
+    for c in conns:
+        c.close()
+    idle.close()
+    wait_for(lambda: broker.stats()["producers"] is None, what="producers gone with their connections")
+    status, text, _ = broker.http("GET", "/stats")
+    assert text.decode().endswith("\nProducers: None\n")

@@ -119,16 +119,19 @@ class HttpConnection(asyncio.Protocol):
             except Exception:  # a bug must not take the acceptor down
                 log.exception("HTTP %s %s failed", req.method, req.path)
                 status, body, ctype = 500, orjson.dumps({"message": "INTERNAL_ERROR"}), _JSON
-            self._write_raw(status, body, ctype, req.keep_alive)
+            # nsqd serves /ping through its PlainText decorator: no X-NSQ-Content-Type there
+            v1 = not (req.path == "/ping" and req.method == "GET" and status != 403)
+            self._write_raw(status, body, ctype, req.keep_alive, v1)
         self._busy = False
 
-    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool) -> None:
+    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool, v1: bool = True) -> None:
         if self.transport is None:
             return
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n".encode()
-            + b"Content-Type: " + ctype + b"\r\n"
-            + b"X-NSQ-Content-Type: nsq; version=1.0\r\n"
+            # Go's net/http sniffs a type only from a body: an empty one goes without
+            + (b"Content-Type: " + ctype + b"\r\n" if body or ctype == _JSON else b"")
+            + (b"X-NSQ-Content-Type: nsq; version=1.0\r\n" if v1 else b"")
             + b"Content-Length: " + str(len(body)).encode() + b"\r\n"
             + (b"" if keep_alive else b"Connection: close\r\n")
             + b"\r\n"

@@ -140,3 +140,43 @@ def test_config_reads_options_by_their_file_names(make_broker):
     assert b.http("GET", "/config/mem_queue_size")[:2] == (200, b"123")
     assert b.http("GET", "/config/nsqlookupd_tcp_addresses")[:2] == (200, b'["127.0.0.1:4160"]')
     assert b.http("GET", "/config/no_such_option")[:2] == (400, b'{"message":"INVALID_OPTION"}')
+
+
+# (method, path, status, body, Content-Type or None, X-NSQ-Content-Type present): nsqd's
+# V1 decorator on every endpoint but /ping (PlainText); Go sets no type for an empty body
+@pytest.mark.parametrize("method, path, status, body, ctype, v1", [
+    ("GET", "/ping", 200, b"OK", "text/plain; charset=utf-8", False),
+    ("POST", "/ping", 405, b'{"message":"METHOD_NOT_ALLOWED"}', "application/json; charset=utf-8", True),
+    ("POST", "/pub?topic=hdr", 200, b"OK", "text/plain; charset=utf-8", True),
+    ("POST", "/topic/create?topic=hdr", 200, b"", None, True),
+    ("POST", "/channel/create?topic=nope&channel=c", 404, b'{"message":"TOPIC_NOT_FOUND"}', "application/json; charset=utf-8", True),
+    ("POST", "/topic/pause?topic=nope", 404, b'{"message":"TOPIC_NOT_FOUND"}', "application/json; charset=utf-8", True),
+    ("GET", "/nope", 404, b'{"message":"NOT_FOUND"}', "application/json; charset=utf-8", True),
+    ("GET", "/info", 200, None, "application/json; charset=utf-8", True),
+    ("GET", "/stats", 200, None, "text/plain; charset=utf-8", True),
+    ("GET", "/stats?format=json", 200, None, "application/json; charset=utf-8", True),
+    ("GET", "/config/max_rdy_count", 200, b"2500", "application/json; charset=utf-8", True),
+])
+def test_headers_as_nsqd(broker, method, path, status, body, ctype, v1):
+    got_status, got_body, headers = broker.http(method, path, b"x" if method == "POST" else None)
+    assert got_status == status
+    if body is not None:
+        assert got_body == body
+    assert headers.get("Content-Type") == ctype
+    assert ("X-NSQ-Content-Type" in headers) == v1
+    if v1:
+        assert headers["X-NSQ-Content-Type"] == "nsq; version=1.0"
+
+
+def test_info_fields(broker):
+    import orjson
+
+    info = orjson.loads(broker.http("GET", "/info")[1])
+    assert list(info) == ["version", "broadcast_address", "hostname", "http_port", "tcp_port", "start_time",
+                          "max_heartbeat_interval", "max_output_buffer_size", "max_output_buffer_timeout",
+                          "max_deflate_level", "topology_zone", "topology_region"]
+    assert info["version"] == "1.3.0"
+    assert (info["tcp_port"], info["http_port"]) == (broker.tcp_port, broker.http_port)
+    # durations in nanoseconds, as Go marshals time.Duration
+    assert (info["max_heartbeat_interval"], info["max_output_buffer_timeout"]) == (60 * 10**9, 30 * 10**9)
+    assert (info["max_output_buffer_size"], info["max_deflate_level"]) == (65536, 6)

@@ -160,3 +160,24 @@ def test_stats_producers_from_every_acceptor(make_broker):
     wait_for(lambda: broker.stats()["producers"] is None, what="producers gone with their connections")
     status, text, _ = broker.http("GET", "/stats")
     assert text.decode().endswith("\nProducers: None\n")
+
+
+@pytest.mark.parametrize("fields, size, timeout", [
+    ({}, 16384, 250),
+    ({"output_buffer_size": -1}, 1, 0),  # unbuffered: no timed flush either
+    ({"output_buffer_size": -1, "output_buffer_timeout": 1000}, 1, 0),
+    ({"output_buffer_timeout": -1}, 16384, 0),
+    ({"output_buffer_size": 64, "output_buffer_timeout": 25}, 64, 25),
+    ({"output_buffer_size": 65536, "output_buffer_timeout": 30000}, 65536, 30000),
+])
+def test_identify_output_buffer_as_nsqd(broker, fields, size, timeout):
+    with Connection.connect(broker.tcp_address) as c:
+        answer = c.identify(**fields)
+    assert (answer["output_buffer_size"], answer["output_buffer_timeout"]) == (size, timeout)
+
+
+def test_identify_checks_the_output_buffer_timeout_before_the_size(broker):
+    with Connection.connect(broker.tcp_address) as c:
+        c.send(wire.identify({"output_buffer_size": 1, "output_buffer_timeout": 1}))
+        frame = c.read_frame()
+    assert frame.data == b"E_BAD_BODY IDENTIFY output buffer timeout (1) is invalid"

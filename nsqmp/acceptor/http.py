@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from urllib.parse import parse_qs, urlsplit
 
@@ -16,6 +17,7 @@ import orjson
 
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
+from nsqmp.config.options import DURATION, OPTIONS_BY_ATTR
 from nsqmp.memstats import FIELDS as MEMORY_FIELDS
 from nsqmp.protocol.names import is_valid_name
 from nsqmp.protocol.parser import split_mpub
@@ -25,6 +27,7 @@ log = logging.getLogger("nsqmp.acceptor")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             413: "Request Entity Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 _JSON = b"application/json; charset=utf-8"
+_GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _TEXT = b"text/plain; charset=utf-8"
 
 
@@ -215,10 +218,9 @@ async def h_pub(server, req: Request):
     defer_ms = 0
     if "defer" in req.query:
         raw = req.query["defer"]
-        try:
-            defer_ms = int(raw)
-        except ValueError:
-            raise HttpError(400, "INVALID_DEFER") from None
+        if not _GO_INT.fullmatch(raw):  # Go's ParseInt: no spaces, no underscores
+            raise HttpError(400, "INVALID_DEFER")
+        defer_ms = int(raw)
         if not 0 <= defer_ms <= int(server.opts.max_req_timeout * 1000):
             raise HttpError(400, "INVALID_DEFER")
     _publish(server, topic, [req.body], defer_ms)
@@ -243,8 +245,10 @@ async def h_mpub(server, req: Request):
         for line in bodies:
             if len(line) > opts.max_msg_size:
                 raise HttpError(413, "MSG_TOO_BIG")
-    if bodies:  # an empty text body publishes nothing and is OK, as in nsqd
+    if bodies:
         _publish(server, topic, bodies)
+    else:  # an empty text body publishes nothing and is OK; nsqd has made the topic by then
+        await _admin(server, {"op": "topic_create", "topic": topic.decode()})
     return 200, b"OK", _TEXT
 
 
@@ -383,9 +387,18 @@ async def h_config(server, req: Request):
         value = getattr(server.opts, key)
     except AttributeError:
         raise HttpError(400, "INVALID_OPTION") from None
+    return 200, orjson.dumps(config_value(key, value)), _JSON
+
+
+def config_value(key: str, value):
+    """An option's value as nsqd's JSON has it: a duration is Go's time.Duration, an
+    integer count of nanoseconds; a repeatable option a list."""
+    option = OPTIONS_BY_ATTR.get(key)
+    if option is not None and option.type is DURATION and isinstance(value, (int, float)):
+        return round(value * 1e9)
     if isinstance(value, tuple):
-        value = list(value)
-    return 200, orjson.dumps(value), _JSON
+        return list(value)
+    return value
 
 
 _STATUS = {"TOPIC_NOT_FOUND": 404, "CHANNEL_NOT_FOUND": 404, "INVALID_REQUEST": 400}

@@ -140,6 +140,9 @@ def test_config_reads_options_by_their_file_names(make_broker):
     assert b.http("GET", "/config/mem_queue_size")[:2] == (200, b"123")
     assert b.http("GET", "/config/nsqlookupd_tcp_addresses")[:2] == (200, b'["127.0.0.1:4160"]')
     assert b.http("GET", "/config/no_such_option")[:2] == (400, b'{"message":"INVALID_OPTION"}')
+    # durations are Go's time.Duration in JSON: nanoseconds
+    assert b.http("GET", "/config/msg_timeout")[:2] == (200, b"60000000000")
+    assert b.http("GET", "/config/min_output_buffer_timeout")[:2] == (200, b"25000000")
 
 
 # (method, path, status, body, Content-Type or None, X-NSQ-Content-Type present): nsqd's
@@ -180,3 +183,9 @@ def test_info_fields(broker):
     # durations in nanoseconds, as Go marshals time.Duration
     assert (info["max_heartbeat_interval"], info["max_output_buffer_timeout"]) == (60 * 10**9, 30 * 10**9)
     assert (info["max_output_buffer_size"], info["max_deflate_level"]) == (65536, 6)
+
+
+def test_mpub_of_nothing_still_makes_the_topic(broker):
+    assert broker.http("POST", "/mpub?topic=nothing", b"\n\n")[:2] == (200, b"OK")
+    [t] = broker.stats(topic="nothing")["topics"]
+    assert (t["topic_name"], t["message_count"]) == ("nothing", 0)

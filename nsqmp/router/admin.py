@@ -49,6 +49,14 @@ def topic_empty(router, request) -> dict:
         if m.segment is not None:
             topic.release(m.segment)
     topic.backlog.clear()
+    # a first channel (start None) begins where the topic's backlog began; that point moves
+    # now, so pin the channel's own start first: what it holds stays its own after a restart
+    for ch in topic.channels.values():
+        if ch.id and ch.start is None:
+            ch.start = dict(topic.meta.backlog_start)
+            for cm in topic.meta.channels:
+                if cm.id == ch.id:
+                    cm.start = ch.start
     topic.meta.backlog_start = dict(topic.hwm)
     topic.save_meta()
     return {}

@@ -189,3 +189,19 @@ def test_mpub_of_nothing_still_makes_the_topic(broker):
     assert broker.http("POST", "/mpub?topic=nothing", b"\n\n")[:2] == (200, b"OK")
     [t] = broker.stats(topic="nothing")["topics"]
     assert (t["topic_name"], t["message_count"]) == ("nothing", 0)
+
+
+def test_empty_topic_leaves_its_channels_messages_across_a_restart(make_broker):
+    """/topic/empty drains the topic's own queue only: what its channels hold stays theirs,
+    after a kill -9 too."""
+    b = make_broker()
+    post(b, "/topic/create?topic=te")
+    post(b, "/channel/create?topic=te&channel=first")  # the topic's first channel
+    with Connection.connect(b.tcp_address) as p:
+        p.mpub("te", [b"a", b"b", b"c"])
+    wait_for(lambda: b.stats(topic="te")["topics"][0]["channels"][0]["depth"] == 3, what="queued")
+    assert post(b, "/topic/empty?topic=te") == (200, b"")
+    assert b.stats(topic="te")["topics"][0]["channels"][0]["depth"] == 3
+    b.kill()
+    b = make_broker(data=b.data_path.name)
+    assert b.stats(topic="te")["topics"][0]["channels"][0]["depth"] == 3

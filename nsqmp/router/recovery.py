@@ -109,6 +109,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     # file may end in a record still being copied: don't resync past that one
     live_writers = router.generation > 1
     channels = list(topic.channels.values())
+    paused_at = topic.meta.paused_at if topic.paused else None
     now = time.time_ns()
     stats = ScanStats()
     for acceptor, seq in files:
@@ -125,7 +126,8 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
             if due:
                 summary.deferred += 1
             emptied = topic.meta.backlog_start.get(acceptor)
-            if not channels:
+            # held at the topic: no channel yet, or published after a pause still in force
+            if not channels or (paused_at is not None and (seq, offset) > paused_at.get(acceptor, (-1, -1))):
                 if emptied is None or (seq, offset) > tuple(emptied):
                     topic.backlog.append((m, due))
                     seg.refs += 1

@@ -207,7 +207,7 @@ class Router(Role):
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
-        if not channels:
+        if not channels or topic.paused:  # held at the topic, as nsqd's topic messagePump
             if topic.ephemeral:
                 room = max(0, topic.mem_queue_size - len(topic.backlog))
                 topic.dropped += max(0, len(msgs) - room)
@@ -217,6 +217,21 @@ class Router(Role):
                 if m.segment is not None:
                     m.segment.refs += 1
             return
+        self._fan_out(topic, msgs, channels)
+
+    def release_held(self, topic: Topic) -> None:
+        """An unpaused topic hands what it held to its channels (without any it keeps them)."""
+        if not topic.channels or not topic.backlog:
+            return
+        held = list(topic.backlog)
+        topic.backlog.clear()
+        for m, _ in held:  # the topic's file references become the channels'
+            if m.segment is not None:
+                m.segment.refs -= 1
+        self._fan_out(topic, held, list(topic.channels.values()))
+
+    def _fan_out(self, topic: Topic, msgs: list, channels: list) -> None:
+        """A copy of every (Message, due_ns) for each channel."""
         for ch in channels:
             if ch.ephemeral or topic.ephemeral:
                 room = max(0, topic.mem_queue_size - len(ch.ready))
@@ -474,7 +489,7 @@ class Router(Role):
         now = time.monotonic_ns()
         out: dict[int, list[bytes]] = {}
         for ch in self._dirty:
-            if ch.paused or ch.topic.paused or not ch.ready:
+            if ch.paused or not ch.ready:
                 continue
             ready = ch.ready
             for c in ch.with_credit():

@@ -47,7 +47,7 @@ class Topic:
         self.acklog: AckLog | None = None
         self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
         self.channels: dict[bytes, Channel] = {}
-        self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
+        self.backlog: deque = deque()  # (Message, due_ns) held: no channel yet, or the topic is paused
         self.segments: dict[tuple[int, int], Segment] = {}
         self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
         self.message_count = 0
@@ -98,12 +98,24 @@ class Topic:
         adopted: list = []
         if ch is None:
             first = not self.channels
-            ch = self.add_channel(name, start=None if first else dict(self.hwm))
-            if first and self.backlog:
+            ch = self.add_channel(name, start=None if first else self.held_from())
+            if first and self.backlog and not self.paused:  # a paused topic keeps holding
                 adopted = list(self.backlog)
                 self.backlog.clear()
             self.save_meta()
         return ch, adopted
+
+    def held_from(self) -> dict[int, tuple[int, int]]:
+        """Per acceptor stream, the last record before what the topic holds (its backlog):
+        the records after it are what a channel created now gets once they flow."""
+        start = dict(self.hwm)
+        seen: set[int] = set()
+        for m, _ in self.backlog:
+            seg = m.segment
+            if seg is not None and seg.acceptor not in seen:
+                seen.add(seg.acceptor)
+                start[seg.acceptor] = (seg.seq, m.offset - 1)
+        return start
 
     def add_channel(self, name: bytes, start: dict | None, cid: int = 0, paused: bool = False) -> Channel:
         ephemeral = is_ephemeral(name)

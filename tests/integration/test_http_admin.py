@@ -80,22 +80,67 @@ def test_pause_channel_stops_delivery_and_survives_a_restart(tmp_path):
             assert b.stop() == 0
 
 
-def test_pause_topic_stops_its_channels(broker):
-    post(broker, "/topic/create?topic=pt")
-    post(broker, "/channel/create?topic=pt&channel=c")
-    assert post(broker, "/topic/pause?topic=pt") == (200, b"")
-    assert broker.stats(topic="pt")["topics"][0]["paused"] is True
-    with Connection.connect(broker.tcp_address) as p:
-        p.pub("pt", b"held")
-    with Connection.connect(broker.tcp_address) as c:
+def _depths(b, topic: str) -> tuple[int, dict]:
+    [t] = b.stats(topic=topic)["topics"]
+    return t["depth"], {c["channel_name"]: c["depth"] for c in t["channels"]}
+
+
+def test_pause_topic_holds_messages_at_the_topic(make_broker):
+    """As nsqd: a paused topic stops handing messages to its channels (topic depth grows),
+    its channels go on delivering what they already have, and on unpause every channel,
+    including one created during the pause, gets what was held; across a kill -9 too."""
+    b = make_broker()
+    post(b, "/topic/create?topic=pt")
+    post(b, "/channel/create?topic=pt&channel=c")
+    with Connection.connect(b.tcp_address) as p:
+        p.pub("pt", b"before")
+    wait_for(lambda: _depths(b, "pt") == (0, {"c": 1}), what="before in the channel")
+    assert post(b, "/topic/pause?topic=pt") == (200, b"")
+    assert b.stats(topic="pt")["topics"][0]["paused"] is True
+    with Connection.connect(b.tcp_address) as p:
+        p.mpub("pt", [b"held1", b"held2"])
+    wait_for(lambda: _depths(b, "pt") == (2, {"c": 1}), what="held at the topic")
+    with Connection.connect(b.tcp_address) as c:
         c.identify()
         c.sub("pt", "c", rdy=10)
+        m = c.read_message()
+        assert m.body == b"before"  # what the channel had still flows
+        c.fin(m.id)
         c.sock.settimeout(0.5)
         with pytest.raises(TimeoutError):
             c.read_message()
-        assert post(broker, "/topic/unpause?topic=pt") == (200, b"")
-        c.sock.settimeout(5)
-        assert c.read_message().body == b"held"
+    post(b, "/channel/create?topic=pt&channel=late")
+    wait_for(lambda: _depths(b, "pt") == (2, {"c": 0, "late": 0}), what="the FIN")
+    b.kill()
+    b = make_broker(data=b.data_path.name)
+    assert b.stats(topic="pt")["topics"][0]["paused"] is True
+    assert _depths(b, "pt") == (2, {"c": 0, "late": 0})
+    assert post(b, "/topic/unpause?topic=pt") == (200, b"")
+    assert _depths(b, "pt") == (0, {"c": 2, "late": 2})
+    for channel in ("c", "late"):
+        with Connection.connect(b.tcp_address) as c:
+            c.identify()
+            c.sub("pt", channel, rdy=10)
+            assert sorted(c.read_message().body for _ in range(2)) == [b"held1", b"held2"]
+
+
+def test_empty_a_paused_topic_drops_what_it_held(make_broker):
+    b = make_broker()
+    post(b, "/topic/create?topic=pe")
+    post(b, "/channel/create?topic=pe&channel=c")
+    post(b, "/topic/pause?topic=pe")
+    with Connection.connect(b.tcp_address) as p:
+        p.mpub("pe", [b"x", b"y"])
+    wait_for(lambda: _depths(b, "pe") == (2, {"c": 0}), what="held")
+    assert post(b, "/topic/empty?topic=pe") == (200, b"")
+    assert _depths(b, "pe") == (0, {"c": 0})
+    with Connection.connect(b.tcp_address) as p:
+        p.pub("pe", b"z")
+    post(b, "/topic/unpause?topic=pe")
+    wait_for(lambda: _depths(b, "pe") == (0, {"c": 1}), what="z in the channel")
+    b.kill()
+    b = make_broker(data=b.data_path.name)
+    assert _depths(b, "pe") == (0, {"c": 1})  # x and y stay gone
 
 
 def test_empty_channel_drops_everything_and_stays_empty_after_restart(tmp_path):

@@ -307,6 +307,7 @@ class Router(Role):
         c = self.consumers.get(conn)
         if c is not None:
             c.closing = True
+            c.rdy = 0  # nsqd's StartClose: RDY 0, state closing
 
     def on_gone(self, src: int, rec: bytes) -> None:
         _, conn = records.CONN.unpack(rec)

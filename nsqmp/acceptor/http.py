@@ -124,10 +124,12 @@ class HttpConnection(asyncio.Protocol):
                 status, body, ctype = 500, orjson.dumps({"message": "INTERNAL_ERROR"}), _JSON
             # nsqd serves /ping through its PlainText decorator: no X-NSQ-Content-Type there
             v1 = not (req.path == "/ping" and req.method == "GET" and status != 403)
-            self._write_raw(status, body, ctype, req.keep_alive, v1)
+            self._write_raw(status, body, ctype, req.keep_alive, v1, head_only=req.method == "HEAD")
         self._busy = False
 
-    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool, v1: bool = True) -> None:
+    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool, v1: bool = True,
+                   head_only: bool = False) -> None:
+        """One response; a HEAD request gets the headers (Content-Length included) and no body."""
         if self.transport is None:
             return
         head = (
@@ -139,7 +141,7 @@ class HttpConnection(asyncio.Protocol):
             + (b"" if keep_alive else b"Connection: close\r\n")
             + b"\r\n"
         )
-        self.transport.write(head + body)
+        self.transport.write(head if head_only else head + body)
         if not keep_alive:
             self.transport.close()
             self.transport = None

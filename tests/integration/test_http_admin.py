@@ -250,3 +250,18 @@ def test_empty_topic_leaves_its_channels_messages_across_a_restart(make_broker):
     b.kill()
     b = make_broker(data=b.data_path.name)
     assert b.stats(topic="te")["topics"][0]["channels"][0]["depth"] == 3
+
+
+def test_head_gets_headers_only_and_the_connection_goes_on(broker):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=5) as s:
+        # nsqd registers GET only: HEAD is 405, and a HEAD answer never has a body
+        s.sendall(b"HEAD /ping HTTP/1.1\r\nHost: x\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        deadline = time.monotonic() + 5
+        while not data.endswith(b"\r\n\r\nOK") and time.monotonic() < deadline:
+            data += s.recv(4096)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 405 ") and b"Content-Length: 32" in head
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(b"\r\n\r\nOK")

@@ -48,6 +48,20 @@ def _tls_context(opts) -> ssl.SSLContext | None:
     return ctx
 
 
+def run_start_time(run_pid: int) -> int:
+    """When the broker (its supervisor) started, in unix seconds: nsqd's start_time is its
+    process's, so every acceptor, and one restarted after a crash, reports the same."""
+    try:
+        with open(f"/proc/{run_pid}/stat", "rb") as f:
+            # field 22 is the start in clock ticks after boot; the name in field 2 may hold spaces
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return boot + ticks // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return int(time.time())
+
+
 class Acceptor(Role):
     def __init__(self, opts, plan, index: int, generation: int, doorbells, control_name: str,
                  tcp_sock: socket.socket, http_sock: socket.socket | None,
@@ -61,7 +75,7 @@ class Acceptor(Role):
         self.connections: dict[int, V2Connection] = {}
         self._ok_noted = 0.0
         self.hostname = socket.gethostname()
-        self.start_time = int(time.time())
+        self.start_time = run_start_time(plan.run_pid)
         self.tcp_port = tcp_sock.getsockname()[1]
         self.http_port = http_sock.getsockname()[1] if http_sock is not None else -1
         self.https_port = https_sock.getsockname()[1] if https_sock is not None else -1

@@ -2,6 +2,9 @@
 --max-channel-consumers, sample_rate, #ephemeral deletion, /stats producers."""
 from __future__ import annotations
 
+import time
+
+import orjson
 import pytest
 
 from nsqmp.client import Connection
@@ -181,3 +184,23 @@ def test_identify_checks_the_output_buffer_timeout_before_the_size(broker):
         c.send(wire.identify({"output_buffer_size": 1, "output_buffer_timeout": 1}))
         frame = c.read_frame()
     assert frame.data == b"E_BAD_BODY IDENTIFY output buffer timeout (1) is invalid"
+
+
+def test_start_time_is_the_brokers_on_every_acceptor(make_broker):
+    import os
+    import signal
+
+    broker = make_broker("--acceptors", "2")
+    times = {broker.stats()["start_time"] for _ in range(8)}  # requests spread over both acceptors
+    assert len(times) == 1
+    [start] = times
+    assert time.time() - 60 < start <= time.time()
+    time.sleep(1.1)  # a respawned acceptor must not report its own, later start
+    acceptor = next(pid for name, pid in broker.children().items() if "acceptor" in name)
+    os.kill(acceptor, signal.SIGKILL)
+    wait_for(lambda: acceptor not in broker.children().values() and len(
+        [n for n in broker.children() if "acceptor" in n]) == 2, what="the acceptor respawned")
+    broker.wait_ping()
+    assert {broker.stats()["start_time"] for _ in range(8)} == {start}
+    info_times = {orjson.loads(broker.http("GET", "/info")[1])["start_time"] for _ in range(8)}
+    assert info_times == {start}

@@ -332,8 +332,15 @@ def render_text(stats: dict, now: float) -> str:
 
 
 def _e2e(item: dict) -> str:
-    """nsqd's quantile Result.String(): empty while e2e percentiles are off (nsqmp has none)."""
-    return ""
+    """nsqd's quantile Result.String(): each percentile's value as stringy.NanoSecondToHuman."""
+    return ", ".join(_ns_to_human(p["value"]) for p in item["e2e_processing_latency"]["percentiles"] or ())
+
+
+def _ns_to_human(v: float) -> str:
+    for size, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if v > size:
+            return f"{v / size:.1f}{suffix}"
+    return f"{v:.1f}ns"
 
 
 def client_line(cl: dict, now: float) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nsqmp.router.latency import E2eLatency
     from nsqmp.router.topic import Topic
 
 
@@ -76,6 +77,7 @@ class Channel:
     message_count: int = 0
     requeue_count: int = 0
     timeout_count: int = 0
+    e2e: E2eLatency | None = None  # with --e2e-processing-latency-percentile
     _rr: int = 0
 
     def with_credit(self) -> list[Consumer]:
@@ -130,5 +132,6 @@ class Channel:
             "client_count": len(self.consumers),
             "clients": clients,
             "paused": self.paused,
-            "e2e_processing_latency": {"count": 0, "percentiles": None},
+            "e2e_processing_latency": self.e2e.result() if self.e2e is not None
+            else {"count": 0, "percentiles": None},
         }

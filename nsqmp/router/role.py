@@ -112,6 +112,9 @@ class Router(Role):
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(name, self.opts.data_path, self.opts.mem_queue_size)
+            if self.opts.e2e_processing_latency_percentiles:
+                topic.e2e = (self.opts.e2e_processing_latency_window_time,
+                             tuple(self.opts.e2e_processing_latency_percentiles))
         return topic
 
     # -- publish ---------------------------------------------------------------------------
@@ -408,6 +411,9 @@ class Router(Role):
         self._take(inf)
         inf.consumer.finish_count += 1
         m = inf.message
+        e2e = inf.consumer.channel.e2e
+        if e2e is not None:
+            e2e.insert(time.time_ns() - m.ts)
         if m.segment is not None:
             topic = inf.consumer.channel.topic
             topic.ack(inf.consumer.channel, m.segment, m.offset)

@@ -17,6 +17,7 @@ from nsqmp.diskqueue.acklog import AckLog
 from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
 from nsqmp.protocol.names import is_ephemeral
+from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.channel import Channel
 
 log = logging.getLogger("nsqmp.router")
@@ -56,6 +57,7 @@ class Topic:
         self.paused = False
         self.disk_bytes = 0  # record bytes in segment files not yet deleted or dropped
         self.full = False  # refusing publishes (max-topic-bytes, policy refuse)
+        self.e2e: tuple[float, tuple[float, ...]] | None = None  # (window s, percentiles)
 
     def segment(self, acceptor: int, seq: int) -> Segment:
         key = (acceptor, seq)
@@ -120,6 +122,8 @@ class Topic:
     def add_channel(self, name: bytes, start: dict | None, cid: int = 0, paused: bool = False) -> Channel:
         ephemeral = is_ephemeral(name)
         ch = self.channels[name] = Channel(name, self, ephemeral=ephemeral, paused=paused)
+        if self.e2e is not None:
+            ch.e2e = E2eLatency(*self.e2e)
         if not ephemeral and self.durable:
             if not cid:
                 cid = self.meta.next_channel_id
@@ -213,5 +217,7 @@ class Topic:
             "message_bytes": self.message_bytes,
             "paused": self.paused,
             "nsqmp_dropped_count": self.dropped,
-            "e2e_processing_latency": {"count": 0, "percentiles": None},
+            "e2e_processing_latency": aggregate(
+                self.e2e[1], [c.e2e for c in self.channels.values() if c.e2e is not None]
+            ) if self.e2e is not None else {"count": 0, "percentiles": None},
         }

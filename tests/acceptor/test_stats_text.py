@@ -15,7 +15,7 @@ def _client(**extra) -> dict:
 def _channel(name: str, paused: bool = False, clients: list | None = None) -> dict:
     return {"channel_name": name, "depth": 3, "backend_depth": 0, "in_flight_count": 2, "deferred_count": 1,
             "requeue_count": 4, "timeout_count": 0, "message_count": 12, "paused": paused,
-            "clients": clients}
+            "clients": clients, "e2e_processing_latency": {"count": 0, "percentiles": None}}
 
 
 def test_the_whole_page_as_nsqd_prints_it():
@@ -24,8 +24,12 @@ def test_the_whole_page_as_nsqd_prints_it():
         "memory": {name: i for i, name in enumerate(FIELDS)},
         "topics": [
             {"topic_name": "orders", "depth": 0, "backend_depth": 0, "message_count": 12, "paused": False,
+             "e2e_processing_latency": {"count": 4, "percentiles": [{"quantile": 0.99, "value": 2_500_000_000},
+                                                                   {"quantile": 0.5, "value": 1_500_000}]},
              "channels": [_channel("billing", clients=[_client()]), _channel("audit", paused=True, clients=None)]},
             {"topic_name": "stopped", "depth": 5, "backend_depth": 0, "message_count": 5, "paused": True,
+             "e2e_processing_latency": {"count": 1, "percentiles": [{"quantile": 0.99, "value": 1_500},
+                                                                   {"quantile": 0.5, "value": 999}]},
              "channels": []},
         ],
         "producers": [_client(state=0, pub_counts=[{"topic": "orders", "count": 12},
@@ -40,14 +44,14 @@ def test_the_whole_page_as_nsqd_prints_it():
         "\nHealth: OK\n"
         "\nMemory:\n" + memory +
         "\nTopics:"
-        "\n   [orders         ] depth: 0     be-depth: 0     msgs: 12       e2e%: \n"
+        "\n   [orders         ] depth: 0     be-depth: 0     msgs: 12       e2e%: 2.5s, 1.5ms\n"
         "      [billing                  ] depth: 3     be-depth: 0     inflt: 2    def: 1    "
         "re-q: 4     timeout: 0     msgs: 12       e2e%: \n"
         "        [V2 host:5123 go-nsq/1.1.0] state: 3 inflt: 2    rdy: 10   fin: 5        "
         "re-q: 1        msgs: 7        connected: 45m25s\n"
         "   *P [audit                    ] depth: 3     be-depth: 0     inflt: 2    def: 1    "
         "re-q: 4     timeout: 0     msgs: 12       e2e%: \n"
-        "\n*P [stopped        ] depth: 5     be-depth: 0     msgs: 5        e2e%: \n"
+        "\n*P [stopped        ] depth: 5     be-depth: 0     msgs: 5        e2e%: 1.5us, 999.0ns\n"
         "\nProducers:\n"
         "   [V2 host:5123 go-nsq/1.1.0] msgs: 17       topics: orders=12,stopped=5 connected: 45m25s\n"
     )

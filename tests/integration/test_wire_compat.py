@@ -204,3 +204,41 @@ def test_start_time_is_the_brokers_on_every_acceptor(make_broker):
     assert {broker.stats()["start_time"] for _ in range(8)} == {start}
     info_times = {orjson.loads(broker.http("GET", "/info")[1])["start_time"] for _ in range(8)}
     assert info_times == {start}
+
+
+def test_e2e_processing_latency_percentiles(make_broker):
+    broker = make_broker("--e2e-processing-latency-percentile", "0.99,0.5")
+    c = _consumer(broker, "lat", "ch", rdy=10)
+    idle = _consumer(broker, "lat", "idle")  # no FIN there: count 0, values 0
+    with Connection.connect(broker.tcp_address) as p:
+        p.mpub("lat", [b"a", b"b", b"c"])
+    time.sleep(0.2)  # every message waits at least this long before its FIN
+    for _ in range(3):
+        c.fin(c.read_message().id)
+
+    def finished():
+        [t] = broker.stats(topic="lat")["topics"]
+        chans = {ch["channel_name"]: ch["e2e_processing_latency"] for ch in t["channels"]}
+        return (t["e2e_processing_latency"], chans) if chans["ch"]["count"] == 3 else None
+    topic_e2e, chans = wait_for(finished, what="three FINs counted")
+    assert [p["quantile"] for p in chans["ch"]["percentiles"]] == [0.99, 0.5]
+    assert all(0.2e9 <= p["value"] < 60e9 for p in chans["ch"]["percentiles"]), chans
+    assert chans["idle"] == {"count": 0, "percentiles": [{"quantile": 0.99, "value": 0},
+                                                         {"quantile": 0.5, "value": 0}]}
+    assert topic_e2e["count"] == 3 and topic_e2e["percentiles"] == chans["ch"]["percentiles"]
+    status, text, _ = broker.http("GET", "/stats?topic=lat")
+    assert "e2e%: " in text.decode() and "ms, " in text.decode()
+    c.close()
+    idle.close()
+
+
+def test_e2e_latency_off_by_default(broker):
+    c = _consumer(broker, "nolat", "ch", rdy=1)
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("nolat", b"a")
+    c.fin(c.read_message().id)
+    wait_for(lambda: _channels(broker, "nolat")["ch"]["in_flight_count"] == 0, what="the FIN")
+    [t] = broker.stats(topic="nolat")["topics"]
+    assert t["e2e_processing_latency"] == t["channels"][0]["e2e_processing_latency"] == {
+        "count": 0, "percentiles": None}
+    c.close()

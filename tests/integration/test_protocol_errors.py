@@ -587,6 +587,8 @@ def test_http_ping(broker):
 @pytest.mark.parametrize("method, path, body, status, message", [
     ("POST", "/pub", b"x", 400, "MISSING_ARG_TOPIC"),
     ("POST", "/pub?topic=a*b", b"x", 400, "INVALID_TOPIC"),
+    ("POST", "/pub?topic=web%0A", b"x", 400, "INVALID_TOPIC"),  # Go's "$" is the very end
+    ("POST", "/channel/create?topic=web&channel=c%0A", b"", 400, "INVALID_ARG_CHANNEL"),
     ("POST", "/pub?topic=" + "x" * 65, b"x", 400, "INVALID_TOPIC"),
     ("POST", "/pub?topic=web", b"", 400, "MSG_EMPTY"),
     ("POST", "/pub?topic=web", b"z" * (MAX_MSG + 1), 413, "MSG_TOO_BIG"),

@@ -19,7 +19,7 @@ from nsqmp.ipc import shm
 
 log = logging.getLogger("nsqmp.acceptor")
 
-FLUSH_INTERVAL = 0.1  # s: how stale another acceptor's producers may be in /stats
+FLUSH_INTERVAL = 0.5  # s: how stale another acceptor's producers may be in /stats
 _DIR = "/dev/shm"
 
 

@@ -34,6 +34,7 @@ class ProducerBoard:
         self.server = server
         self.path = board_path(server.plan.run_pid, server.index)
         self._scheduled = False
+        self._removed = False
 
     def changed(self) -> None:
         """A connection published, or a producer left: write a new snapshot soon."""
@@ -46,6 +47,8 @@ class ProducerBoard:
         self.write()
 
     def write(self) -> None:
+        if self._removed:  # stopping: a flush still scheduled must not bring the file back
+            return
         snapshot = [c.client_stats(None) for c in self.server.connections.values() if c.pub_counts]
         tmp = f"{self.path}.tmp"
         try:
@@ -72,6 +75,7 @@ class ProducerBoard:
         return out
 
     def remove(self) -> None:
+        self._removed = True
         for path in (self.path, f"{self.path}.tmp"):
             try:
                 os.unlink(path)

@@ -28,6 +28,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             413: "Request Entity Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 _JSON = b"application/json; charset=utf-8"
 _GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _TEXT = b"text/plain; charset=utf-8"
 
 
@@ -39,13 +40,15 @@ class HttpError(Exception):
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "body", "headers", "keep_alive")
+    __slots__ = ("method", "path", "query", "bad_query", "body", "headers", "keep_alive")
 
     def __init__(self, method: str, url: bytes, headers: dict[bytes, bytes], body: bytes, keep_alive: bool):
         parts = urlsplit(url.decode("latin-1"))
         self.method = method
         self.path = parts.path
         self.query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        # what Go's url.ParseQuery refuses: a ';' separator or a '%' not followed by two hex digits
+        self.bad_query = ";" in parts.query or _BAD_ESCAPE.search(parts.query) is not None
         self.headers = headers
         self.body = body
         self.keep_alive = keep_alive
@@ -161,7 +164,14 @@ class HttpConnection(asyncio.Protocol):
         return await handler(self.server, req)
 
 
+def _params(req: Request) -> None:
+    """nsqd's NewReqParams / url.ParseQuery failing: 400 INVALID_REQUEST."""
+    if req.bad_query:
+        raise HttpError(400, "INVALID_REQUEST")
+
+
 def _topic(req: Request) -> bytes:
+    _params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")
@@ -255,6 +265,7 @@ async def h_mpub(server, req: Request):
 
 
 async def h_stats(server, req: Request):
+    _params(req)
     fmt = req.query.get("format", "text")
     # nsqd reads a parameter that is absent as "": no filter
     topic = req.query.get("topic") or None
@@ -422,6 +433,7 @@ async def _admin(server, request: dict):
 
 
 def _topic_arg(req: Request, validate: bool) -> str:
+    _params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")
@@ -432,6 +444,7 @@ def _topic_arg(req: Request, validate: bool) -> str:
 
 def _topic_channel_args(req: Request) -> tuple[str, str]:
     """nsqd's GetTopicChannelArgs: both present and valid."""
+    _params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")

@@ -446,8 +446,7 @@ class V2Connection(asyncio.Protocol):
             "deflate": s.deflate, "snappy": s.snappy, "user_agent": s.user_agent,
             **self._auth_stats(),
             **({"pub_counts": counts} if counts else {}),
-            "tls": self.tls, "tls_cipher_suite": "", "tls_version": "",
-            "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": False,
+            "tls": self.tls, **self.tls_stats(),
             "topology_zone": "", "topology_region": "",
             "nsqmp_acceptor": self.server.index,
         }
@@ -487,7 +486,7 @@ class V2Connection(asyncio.Protocol):
             "remote_address": self.remote, "connect_ts": self.connect_ts,
             "msg_timeout": s.msg_timeout_ms, "sample_rate": s.sample_rate,
             "acceptor": self.server.index,
-            "snappy": s.snappy, "deflate": s.deflate, "tls": self.tls,
+            "snappy": s.snappy, "deflate": s.deflate, "tls": self.tls, **self.tls_stats(),
             **self._auth_stats(),
         })
         ep = self.server.endpoint
@@ -577,6 +576,20 @@ class V2Connection(asyncio.Protocol):
                     cn = value
         return cn
 
+    def tls_stats(self) -> dict:
+        """nsqd's TLS fields of a client's /stats (its prettyConnectionState)."""
+        ssl_object = self.transport.get_extra_info("ssl_object") if self.tls and self.transport else None
+        if ssl_object is None:
+            return {"tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
+                    "tls_negotiated_protocol_is_mutual": False}
+        cipher = ssl_object.cipher()
+        return {
+            "tls_cipher_suite": go_cipher_suite(cipher[0] if cipher else "", self.server.tls_context),
+            "tls_version": go_tls_version(ssl_object.version() or ""),
+            "tls_negotiated_protocol": ssl_object.selected_alpn_protocol() or "",
+            "tls_negotiated_protocol_is_mutual": True,  # Go: deprecated, always true
+        }
+
     def _auth_stats(self) -> dict:
         """authed / auth_identity / auth_identity_url for /stats, omitted when empty (as nsqd)."""
         state = self.auth_state
@@ -651,6 +664,39 @@ _CUT_SHORT = {
     b"DPUB": (E.E_BAD_MESSAGE, "DPUB failed to read message body size", "DPUB failed to read message body"),
     b"MPUB": (E.E_BAD_BODY, "MPUB failed to read body size", "MPUB failed to read message count"),
 }
+
+
+# the suites nsqd names (prettyConnectionState.GetCipherSuite), by their OpenSSL names
+_GO_SUITES = {
+    "RC4-SHA": "TLS_RSA_WITH_RC4_128_SHA",
+    "DES-CBC3-SHA": "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "AES128-SHA": "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "AES256-SHA": "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "ECDHE-ECDSA-RC4-SHA": "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "ECDHE-ECDSA-AES128-SHA": "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "ECDHE-ECDSA-AES256-SHA": "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "ECDHE-RSA-RC4-SHA": "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "ECDHE-RSA-DES-CBC3-SHA": "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "ECDHE-RSA-AES128-SHA": "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "ECDHE-RSA-AES256-SHA": "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-ECDSA-AES128-GCM-SHA256": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+}
+_GO_VERSIONS = {"SSLv3": "SSL30", "TLSv1": "TLS1.0", "TLSv1.1": "TLS1.1", "TLSv1.2": "TLS1.2", "TLSv1.3": "TLS1.3"}
+
+
+def go_cipher_suite(name: str, ctx) -> str:
+    """nsqd's name for a suite; any other is "Unknown <IANA number>", as nsqd prints it."""
+    if name in _GO_SUITES:
+        return _GO_SUITES[name]
+    for c in ctx.get_ciphers() if ctx is not None else ():
+        if c["name"] == name:
+            return f"Unknown {c['id'] & 0xFFFF}"
+    return f"Unknown {name}"
+
+
+def go_tls_version(version: str) -> str:
+    return _GO_VERSIONS.get(version, f"Unknown {version}")
 
 
 def _looks_like_tls(head: bytes) -> bool:

@@ -149,7 +149,10 @@ class Broker(Daemon):
         query = urlencode({"format": "json", **params})
         status, body, _ = self.http("GET", f"/stats?{query}")
         assert status == 200, body
-        return orjson.loads(body)
+        stats = orjson.loads(body)
+        if stats["topics"] is None:  # nsqd's answer for a topic it does not have; callers iterate
+            stats["topics"] = []
+        return stats
 
     def wait_ping(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout

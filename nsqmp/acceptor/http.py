@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import httptools
@@ -15,6 +17,7 @@ import orjson
 
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
+from nsqmp.config.options import DURATION, OPTIONS_BY_ATTR
 from nsqmp.memstats import FIELDS as MEMORY_FIELDS
 from nsqmp.config.options import parse_address
 from nsqmp.golog import LEVELS
@@ -26,6 +29,8 @@ log = logging.getLogger("nsqmp.acceptor")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             413: "Request Entity Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 _JSON = b"application/json; charset=utf-8"
+_GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _TEXT = b"text/plain; charset=utf-8"
 
 
@@ -37,13 +42,15 @@ class HttpError(Exception):
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "body", "headers", "keep_alive")
+    __slots__ = ("method", "path", "query", "bad_query", "body", "headers", "keep_alive")
 
     def __init__(self, method: str, url: bytes, headers: dict[bytes, bytes], body: bytes, keep_alive: bool):
         parts = urlsplit(url.decode("latin-1"))
         self.method = method
         self.path = parts.path
         self.query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        # what Go's url.ParseQuery refuses: a ';' separator or a '%' not followed by two hex digits
+        self.bad_query = ";" in parts.query or _BAD_ESCAPE.search(parts.query) is not None
         self.headers = headers
         self.body = body
         self.keep_alive = keep_alive
@@ -120,21 +127,26 @@ class HttpConnection(asyncio.Protocol):
             except Exception:  # a bug must not take the acceptor down
                 log.exception("HTTP %s %s failed", req.method, req.path)
                 status, body, ctype = 500, orjson.dumps({"message": "INTERNAL_ERROR"}), _JSON
-            self._write_raw(status, body, ctype, req.keep_alive)
+            # nsqd serves /ping through its PlainText decorator: no X-NSQ-Content-Type there
+            v1 = not (req.path == "/ping" and req.method == "GET" and status != 403)
+            self._write_raw(status, body, ctype, req.keep_alive, v1, head_only=req.method == "HEAD")
         self._busy = False
 
-    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool) -> None:
+    def _write_raw(self, status: int, body: bytes, ctype: bytes, keep_alive: bool, v1: bool = True,
+                   head_only: bool = False) -> None:
+        """One response; a HEAD request gets the headers (Content-Length included) and no body."""
         if self.transport is None:
             return
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n".encode()
-            + b"Content-Type: " + ctype + b"\r\n"
-            + b"X-NSQ-Content-Type: nsq; version=1.0\r\n"
+            # Go's net/http sniffs a type only from a body: an empty one goes without
+            + (b"Content-Type: " + ctype + b"\r\n" if body or ctype == _JSON else b"")
+            + (b"X-NSQ-Content-Type: nsq; version=1.0\r\n" if v1 else b"")
             + b"Content-Length: " + str(len(body)).encode() + b"\r\n"
             + (b"" if keep_alive else b"Connection: close\r\n")
             + b"\r\n"
         )
-        self.transport.write(head + body)
+        self.transport.write(head if head_only else head + body)
         if not keep_alive:
             self.transport.close()
             self.transport = None
@@ -154,7 +166,14 @@ class HttpConnection(asyncio.Protocol):
         return await handler(self.server, req)
 
 
+def _params(req: Request) -> None:
+    """nsqd's NewReqParams / url.ParseQuery failing: 400 INVALID_REQUEST."""
+    if req.bad_query:
+        raise HttpError(400, "INVALID_REQUEST")
+
+
 def _topic(req: Request) -> bytes:
+    _params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")
@@ -213,10 +232,9 @@ async def h_pub(server, req: Request):
     defer_ms = 0
     if "defer" in req.query:
         raw = req.query["defer"]
-        try:
-            defer_ms = int(raw)
-        except ValueError:
-            raise HttpError(400, "INVALID_DEFER") from None
+        if not _GO_INT.fullmatch(raw):  # Go's ParseInt: no spaces, no underscores
+            raise HttpError(400, "INVALID_DEFER")
+        defer_ms = int(raw)
         if not 0 <= defer_ms <= int(server.opts.max_req_timeout * 1000):
             raise HttpError(400, "INVALID_DEFER")
     _publish(server, topic, [req.body], defer_ms)
@@ -241,18 +259,35 @@ async def h_mpub(server, req: Request):
         for line in bodies:
             if len(line) > opts.max_msg_size:
                 raise HttpError(413, "MSG_TOO_BIG")
-    if bodies:  # an empty text body publishes nothing and is OK, as in nsqd
+    if bodies:
         _publish(server, topic, bodies)
+    else:  # an empty text body publishes nothing and is OK; nsqd has made the topic by then
+        await _admin(server, {"op": "topic_create", "topic": topic.decode()})
     return 200, b"OK", _TEXT
 
 
 async def h_stats(server, req: Request):
+    _params(req)
     fmt = req.query.get("format", "text")
-    topic = req.query.get("topic")
-    channel = req.query.get("channel")
+    # nsqd reads a parameter that is absent as "": no filter
+    topic = req.query.get("topic") or None
+    channel = req.query.get("channel") or None
     include_clients = _bool_param(req.query.get("include_clients"), True)
     include_mem = _bool_param(req.query.get("include_mem"), True)
-    topics = await server.gather_stats(topic, channel, include_clients)
+    found: list = await server.gather_stats(topic, channel, include_clients)
+    topics: list | None = None  # nsqd returns its empty Stats for a topic it does not have: null, null
+    producers: list | None = None
+    if topic is None or found:
+        if channel is not None:  # a topic without that channel is left out
+            found = [t for t in found if t["channels"]]
+        topics = found
+        if not include_clients:
+            for t in found:
+                for c in t["channels"]:
+                    c["clients"] = None
+        else:
+            # null rather than [] when there is none, as nsqd's nil slice
+            producers = server.producers.local(topic) + server.producers.others(topic) or None
     stats = {
         "version": VERSION,
         "health": f"NOK - {server.health}" if server.health else "OK",
@@ -261,10 +296,10 @@ async def h_stats(server, req: Request):
     }
     if include_mem:  # omitempty in nsqd
         stats["memory"] = await server.gather_memory()
-    stats["producers"] = []
+    stats["producers"] = producers
     if fmt == "json":
         return 200, orjson.dumps(stats), _JSON
-    return 200, render_text(stats).encode(), _TEXT
+    return 200, render_text(stats, time.time()).encode(), _TEXT
 
 
 # nsqd's boolParams: these spellings are read, anything else keeps the default
@@ -275,31 +310,93 @@ def _bool_param(value: str | None, default: bool) -> bool:
     return _BOOLS.get(value, default) if value is not None else default
 
 
-def render_text(stats: dict) -> str:
-    lines = [f"nsqd v{VERSION} (nsqmp)", f"start_time {stats['start_time']}", f"Health: {stats['health']}", ""]
+def render_text(stats: dict, now: float) -> str:
+    """/stats in nsqd's text format (its printStats and ClientV2Stats.String, line by line)."""
+    start = stats["start_time"]
+    out = [f"nsqd v{VERSION} (built w/nsqmp)\n",
+           f"start_time {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))}\n",
+           f"uptime {go_duration(max(0.0, now - start))}\n",
+           f"\nHealth: {stats['health']}\n"]
     memory = stats.get("memory")
-    if memory is not None:  # nsqd's "   %-25s\t%d" lines
-        lines.append("Memory:")
-        lines += [f"   {name:<25}\t{memory[name]}" for name in MEMORY_FIELDS]
-        lines.append("")
-    if not stats["topics"]:
-        lines.append("Topics: None")
-    for t in stats["topics"]:
-        lines.append(f"{'*P ' if t['paused'] else ''}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
-                     f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} e2e%: ")
+    if memory is not None:
+        out.append("\nMemory:\n")
+        out += [f"   {name:<25}\t{memory[name]}\n" for name in MEMORY_FIELDS]
+    topics = stats["topics"] or []
+    out.append("\nTopics:" if topics else "\nTopics: None\n")
+    for t in topics:
+        out.append(f"\n{'*P ' if t['paused'] else '   '}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
+                   f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
+                   f"e2e%: {_e2e(t)}\n")
         for c in t["channels"]:
-            lines.append(f"    {'*P ' if c['paused'] else ''}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
-                         f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
-                         f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
-                         f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: ")
-            for cl in c["clients"]:
-                lines.append(f"        [V2 {cl['client_id']:<21}] state: {cl['state']} inflt: "
-                             f"{cl['in_flight_count']:<4} rdy: {cl['ready_count']:<4} fin: "
-                             f"{cl['finish_count']:<8} re-q: {cl['requeue_count']:<8} msgs: "
-                             f"{cl['message_count']:<8} connected: {cl['connect_ts']}")
-    lines.append("")
-    lines.append("Producers: None")
-    return "\n".join(lines) + "\n"
+            out.append(f"{'   *P ' if c['paused'] else '      '}[{c['channel_name']:<25}] "
+                       f"depth: {c['depth']:<5} be-depth: {c['backend_depth']:<5} "
+                       f"inflt: {c['in_flight_count']:<4} def: {c['deferred_count']:<4} "
+                       f"re-q: {c['requeue_count']:<5} timeout: {c['timeout_count']:<5} "
+                       f"msgs: {c['message_count']:<8} e2e%: {_e2e(c)}\n")
+            for cl in c["clients"] or []:
+                out.append(f"        {client_line(cl, now)}\n")
+    producers = stats["producers"] or []
+    if not producers:
+        out.append("\nProducers: None\n")
+    else:
+        out.append("\nProducers:\n")
+        out += [f"   {client_line(p, now)}\n" for p in producers]
+    return "".join(out)
+
+
+def _e2e(item: dict) -> str:
+    """nsqd's quantile Result.String(): each percentile's value as stringy.NanoSecondToHuman."""
+    return ", ".join(_ns_to_human(p["value"]) for p in item["e2e_processing_latency"]["percentiles"] or ())
+
+
+def _ns_to_human(v: float) -> str:
+    for size, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if v > size:
+            return f"{v / size:.1f}{suffix}"
+    return f"{v:.1f}ns"
+
+
+def client_line(cl: dict, now: float) -> str:
+    """nsqd's ClientV2Stats.String(): a producer's line when it has published, else a consumer's."""
+    port = cl["remote_address"].rpartition(":")[2]
+    ident = f"{cl['hostname']}:{port} {cl['user_agent']}"
+    connected = go_duration(float(int(max(0.0, now - cl["connect_ts"]))))
+    counts = cl.get("pub_counts")
+    if counts:
+        total = sum(pc["count"] for pc in counts)
+        topics = ",".join(f"{pc['topic']}={pc['count']}" for pc in counts)
+        return f"[{cl['version']} {ident:<21}] msgs: {total:<8} topics: {topics} connected: {connected}"
+    return (f"[{cl['version']} {ident:<21}] state: {cl['state']} inflt: {cl['in_flight_count']:<4} "
+            f"rdy: {cl['ready_count']:<4} fin: {cl['finish_count']:<8} re-q: {cl['requeue_count']:<8} "
+            f"msgs: {cl['message_count']:<8} connected: {connected}")
+
+
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration.String() of a non-negative duration given in seconds."""
+    ns = int(round(seconds * 1e9))
+    if ns == 0:
+        return "0s"
+    if ns < 1_000_000_000:  # below a second Go switches unit: ns, µs or ms
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if ns >= size:
+                return _trim(ns, size) + unit
+    hours, rest = divmod(ns, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    text = _trim(rest, 1_000_000_000) + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{minutes}m{text}"
+    return text
+
+
+def _trim(value: int, unit: int) -> str:
+    """value / unit with the fraction's trailing zeros dropped (Go's fmtFrac)."""
+    whole, frac = divmod(value, unit)
+    if not frac:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{str(frac).rjust(digits, '0').rstrip('0')}"
 
 
 async def h_config(server, req: Request):
@@ -322,9 +419,18 @@ async def h_config(server, req: Request):
         value = getattr(server.opts, key)
     except AttributeError:
         raise HttpError(400, "INVALID_OPTION") from None
+    return 200, orjson.dumps(config_value(key, value)), _JSON
+
+
+def config_value(key: str, value):
+    """An option's value as nsqd's JSON has it: a duration is Go's time.Duration, an
+    integer count of nanoseconds; a repeatable option a list."""
+    option = OPTIONS_BY_ATTR.get(key)
+    if option is not None and option.type is DURATION and isinstance(value, (int, float)):
+        return round(value * 1e9)
     if isinstance(value, tuple):
-        value = list(value)
-    return 200, orjson.dumps(value), _JSON
+        return list(value)
+    return value
 
 
 def _parse_lookupd_addresses(body: bytes) -> list[str]:
@@ -373,6 +479,7 @@ async def _admin(server, request: dict):
 
 
 def _topic_arg(req: Request, validate: bool) -> str:
+    _params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")
@@ -383,6 +490,7 @@ def _topic_arg(req: Request, validate: bool) -> str:
 
 def _topic_channel_args(req: Request) -> tuple[str, str]:
     """nsqd's GetTopicChannelArgs: both present and valid."""
+    _params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")

@@ -77,17 +77,7 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
     else:
         raise IdentifyError(f"heartbeat interval ({hb}) is invalid")
 
-    obs = _int(data, "output_buffer_size")
-    if obs == -1:
-        settings.output_buffer_size = 1
-        settings.output_buffer_timeout_ms = 0
-    elif obs == 0:
-        pass
-    elif 64 <= obs <= opts.max_output_buffer_size:
-        settings.output_buffer_size = obs
-    else:
-        raise IdentifyError(f"output buffer size ({obs}) is invalid")
-
+    # nsqd's SetOutputBuffer: the timeout first, then the size (-1 also zeroes the timeout)
     obt = _int(data, "output_buffer_timeout")
     min_obt = int(opts.min_output_buffer_timeout * 1000)
     max_obt = int(opts.max_output_buffer_timeout * 1000)
@@ -99,6 +89,17 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
         settings.output_buffer_timeout_ms = obt
     else:
         raise IdentifyError(f"output buffer timeout ({obt}) is invalid")
+
+    obs = _int(data, "output_buffer_size")
+    if obs == -1:
+        settings.output_buffer_size = 1
+        settings.output_buffer_timeout_ms = 0
+    elif obs == 0:
+        pass
+    elif 64 <= obs <= opts.max_output_buffer_size:
+        settings.output_buffer_size = obs
+    else:
+        raise IdentifyError(f"output buffer size ({obs}) is invalid")
 
     rate = _int(data, "sample_rate")
     if not 0 <= rate <= 99:

@@ -13,6 +13,7 @@ import orjson
 
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.http import HttpConnection
+from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher, router_for
 from nsqmp.acceptor.registrar import Registrar
 from nsqmp.acceptor.tcp import V2Connection
@@ -48,6 +49,20 @@ def _tls_context(opts) -> ssl.SSLContext | None:
     return ctx
 
 
+def run_start_time(run_pid: int) -> int:
+    """When the broker (its supervisor) started, in unix seconds: nsqd's start_time is its
+    process's, so every acceptor, and one restarted after a crash, reports the same."""
+    try:
+        with open(f"/proc/{run_pid}/stat", "rb") as f:
+            # field 22 is the start in clock ticks after boot; the name in field 2 may hold spaces
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return boot + ticks // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return int(time.time())
+
+
 class Acceptor(Role):
     def __init__(self, opts, plan, index: int, generation: int, doorbells, control_name: str,
                  tcp_sock: socket.socket, http_sock: socket.socket | None,
@@ -61,7 +76,7 @@ class Acceptor(Role):
         self.connections: dict[int, V2Connection] = {}
         self._ok_noted = 0.0
         self.hostname = socket.gethostname()
-        self.start_time = int(time.time())
+        self.start_time = run_start_time(plan.run_pid)
         self.tcp_port = tcp_sock.getsockname()[1]
         self.http_port = http_sock.getsockname()[1] if http_sock is not None else -1
         self.https_port = https_sock.getsockname()[1] if https_sock is not None else -1
@@ -79,6 +94,8 @@ class Acceptor(Role):
         self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
         self.auth = AuthClient(self.opts)
         self.publisher = Publisher(self.opts, self.plan, self.index, self.endpoint)
+        self.producers = ProducerBoard(self)
+        self.producers.write()  # a restarted acceptor's producers are gone: say so at once
         self.parser = Parser(self.opts.max_msg_size, self.opts.max_body_size)
         self.endpoint.on_unblocked = self._resume_publishers
         self.loop.run_until_complete(self._listen())
@@ -118,6 +135,7 @@ class Acceptor(Role):
             conn.close()
         await asyncio.sleep(0)  # let connection_lost run and queue the GONE records
         self.publisher.close()
+        self.producers.remove()
 
     # -- helpers used by the connections --------------------------------------------
     def new_conn_id(self) -> int:

@@ -89,6 +89,7 @@ class V2Connection(asyncio.Protocol):
         # stream compression negotiated in IDENTIFY (snappy framing or raw deflate)
         self._encode: Callable[[bytes], bytes] | None = None
         self._decode: Callable[[bytes], bytes] | None = None
+        self.pub_counts: dict[bytes, int] = {}  # messages published per topic (/stats producers)
 
     # -- transport callbacks ---------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -126,6 +127,8 @@ class V2Connection(asyncio.Protocol):
         self.closed = True
         self._cancel_heartbeat()
         self.server.connections.pop(self.conn, None)
+        if self.pub_counts:
+            self.server.producers.changed()
         if self.router >= 0:
             self.server.endpoint.send(self.router, records.CONN.pack(records.GONE, self.conn))
 
@@ -450,8 +453,30 @@ class V2Connection(asyncio.Protocol):
             self.server.health_error(exc)
             raise FatalClientError(code, f"{cmd} failed {exc.strerror or exc}") from None
         self.server.health_ok()
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(bodies)
+        self.server.producers.changed()
         self.write(OK_FRAME)
         self.server.apply_backpressure(self)
+
+    def client_stats(self, topic: str | None) -> dict:
+        """nsqd's ClientV2Stats of this connection for /stats "producers" (pub_counts of
+        `topic` only, when given). The consumer counters live on the router: a connection
+        that also consumes shows its RDY here but 0 in flight, sent, finished, requeued."""
+        s = self.settings
+        counts = [{"topic": t.decode(), "count": n}
+                  for t, n in self.pub_counts.items() if topic is None or t.decode() == topic]
+        return {
+            "client_id": s.client_id, "hostname": s.hostname, "version": "V2",
+            "remote_address": self.remote, "state": self.state, "ready_count": self.rdy,
+            "in_flight_count": 0, "message_count": 0, "finish_count": 0, "requeue_count": 0,
+            "connect_ts": self.connect_ts, "sample_rate": s.sample_rate,
+            "deflate": s.deflate, "snappy": s.snappy, "user_agent": s.user_agent,
+            **self._auth_stats(),
+            **({"pub_counts": counts} if counts else {}),
+            "tls": self.tls, **self.tls_stats(),
+            "topology_zone": "", "topology_region": "",
+            "nsqmp_acceptor": self.server.index,
+        }
 
     def cmd_sub(self, params: Params, body_off: int, body_len: int) -> None:
         if self.state != STATE_INIT:
@@ -488,7 +513,7 @@ class V2Connection(asyncio.Protocol):
             "remote_address": self.remote, "connect_ts": self.connect_ts,
             "msg_timeout": s.msg_timeout_ms, "sample_rate": s.sample_rate,
             "acceptor": self.server.index,
-            "snappy": s.snappy, "deflate": s.deflate, "tls": self.tls,
+            "snappy": s.snappy, "deflate": s.deflate, "tls": self.tls, **self.tls_stats(),
             **self._auth_stats(),
         })
         ep = self.server.endpoint
@@ -578,6 +603,20 @@ class V2Connection(asyncio.Protocol):
                     cn = value
         return cn
 
+    def tls_stats(self) -> dict:
+        """nsqd's TLS fields of a client's /stats (its prettyConnectionState)."""
+        ssl_object = self.transport.get_extra_info("ssl_object") if self.tls and self.transport else None
+        if ssl_object is None:
+            return {"tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
+                    "tls_negotiated_protocol_is_mutual": False}
+        cipher = ssl_object.cipher()
+        return {
+            "tls_cipher_suite": go_cipher_suite(cipher[0] if cipher else "", self.server.tls_context),
+            "tls_version": go_tls_version(ssl_object.version() or ""),
+            "tls_negotiated_protocol": ssl_object.selected_alpn_protocol() or "",
+            "tls_negotiated_protocol_is_mutual": True,  # Go: deprecated, always true
+        }
+
     def _auth_stats(self) -> dict:
         """authed / auth_identity / auth_identity_url for /stats, omitted when empty (as nsqd)."""
         state = self.auth_state
@@ -652,6 +691,39 @@ _CUT_SHORT = {
     b"DPUB": (E.E_BAD_MESSAGE, "DPUB failed to read message body size", "DPUB failed to read message body"),
     b"MPUB": (E.E_BAD_BODY, "MPUB failed to read body size", "MPUB failed to read message count"),
 }
+
+
+# the suites nsqd names (prettyConnectionState.GetCipherSuite), by their OpenSSL names
+_GO_SUITES = {
+    "RC4-SHA": "TLS_RSA_WITH_RC4_128_SHA",
+    "DES-CBC3-SHA": "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "AES128-SHA": "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "AES256-SHA": "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "ECDHE-ECDSA-RC4-SHA": "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "ECDHE-ECDSA-AES128-SHA": "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "ECDHE-ECDSA-AES256-SHA": "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "ECDHE-RSA-RC4-SHA": "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "ECDHE-RSA-DES-CBC3-SHA": "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "ECDHE-RSA-AES128-SHA": "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "ECDHE-RSA-AES256-SHA": "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-ECDSA-AES128-GCM-SHA256": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+}
+_GO_VERSIONS = {"SSLv3": "SSL30", "TLSv1": "TLS1.0", "TLSv1.1": "TLS1.1", "TLSv1.2": "TLS1.2", "TLSv1.3": "TLS1.3"}
+
+
+def go_cipher_suite(name: str, ctx) -> str:
+    """nsqd's name for a suite; any other is "Unknown <IANA number>", as nsqd prints it."""
+    if name in _GO_SUITES:
+        return _GO_SUITES[name]
+    for c in ctx.get_ciphers() if ctx is not None else ():
+        if c["name"] == name:
+            return f"Unknown {c['id'] & 0xFFFF}"
+    return f"Unknown {name}"
+
+
+def go_tls_version(version: str) -> str:
+    return _GO_VERSIONS.get(version, f"Unknown {version}")
 
 
 def _looks_like_tls(head: bytes) -> bool:

@@ -8,6 +8,8 @@
 write: a graceful stop writes them last, so a restart shows the same numbers.
 `backlog_start` (same form as `start`): /topic/empty dropped the topic's own backlog
 up to there; a first channel created later does not adopt those records.
+`paused_at` (same form as `start`, null unless the topic is paused): records after it are
+held at the topic, not handed to its channels, until /topic/unpause (nsqd's topic pause).
 `deferred` (written by a graceful stop, cleared by the next start) lists the channel's
 messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, attempts];
 `attempts` (same life) the delivery attempts of its queued messages that were already
@@ -46,6 +48,7 @@ class TopicMeta:
     channels: list[ChannelMeta] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     backlog_start: dict[int, tuple[int, int]] = field(default_factory=dict)
+    paused_at: dict[int, tuple[int, int]] | None = None
 
     def to_json(self) -> bytes:
         return json.dumps({
@@ -54,6 +57,7 @@ class TopicMeta:
             "next_channel_id": self.next_channel_id,
             "counts": self.counts,
             "backlog_start": {str(a): list(p) for a, p in self.backlog_start.items()},
+            "paused_at": None if self.paused_at is None else {str(a): list(p) for a, p in self.paused_at.items()},
             "channels": [
                 {"name": c.name, "id": c.id, "paused": c.paused, "counts": c.counts,
                  "deferred": [list(d) for d in c.deferred],
@@ -73,6 +77,8 @@ class TopicMeta:
             next_channel_id=int(raw.get("next_channel_id", 1)),
             counts={k: int(v) for k, v in raw.get("counts", {}).items()},
             backlog_start={int(a): (int(p[0]), int(p[1])) for a, p in raw.get("backlog_start", {}).items()},
+            paused_at=None if raw.get("paused_at") is None
+            else {int(a): (int(p[0]), int(p[1])) for a, p in raw["paused_at"].items()},
             channels=[
                 ChannelMeta(c["name"], int(c["id"]), bool(c.get("paused", False)),
                             None if c.get("start") is None

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import re
 
-_NAME = re.compile(rb"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
+# fullmatch: Python's "$" also matches before a final newline, Go's does not
+_NAME = re.compile(rb"[.a-zA-Z0-9_-]+(#ephemeral)?")
 EPHEMERAL_SUFFIX = b"#ephemeral"
 
 
 def is_valid_name(name: bytes) -> bool:
     """1..64 bytes including any '#ephemeral' suffix, of [.a-zA-Z0-9_-]."""
-    return 0 < len(name) <= 64 and _NAME.match(name) is not None
+    return 0 < len(name) <= 64 and _NAME.fullmatch(name) is not None
 
 
 def is_ephemeral(name: bytes) -> bool:

@@ -50,6 +50,9 @@ def topic_empty(router, request) -> dict:
         return {"error": "TOPIC_NOT_FOUND"}
     for m, _ in topic.backlog:
         if m.segment is not None:
+            # held by a paused topic: its channels never get it, even once it is unpaused
+            for ch in topic.channels.values():
+                topic.ack(ch, m.segment, m.offset)
             topic.release(m.segment)
     topic.backlog.clear()
     if topic.held:  # a new topic still waiting for the lookupds: what it holds goes too
@@ -61,6 +64,15 @@ def topic_empty(router, request) -> dict:
         topic.hold_start = dict(topic.hwm)
     for seg, count in topic.backlog_pending.clear():
         topic.release(seg, count)
+    topic.flush_acks()
+    # a first channel (start None) begins where the topic's backlog began; that point moves
+    # now, so pin the channel's own start first: what it holds stays its own after a restart
+    for ch in topic.channels.values():
+        if ch.id and ch.start is None:
+            ch.start = dict(topic.meta.backlog_start)
+            for cm in topic.meta.channels:
+                if cm.id == ch.id:
+                    cm.start = ch.start
     topic.meta.backlog_start = dict(topic.hwm)
     topic.save_meta()
     return {}
@@ -70,10 +82,13 @@ def topic_pause(router, request, paused: bool = True) -> dict:
     topic = _topic(router, request)
     if topic is None:
         return {"error": "TOPIC_NOT_FOUND"}
+    if paused and not topic.paused:
+        topic.meta.paused_at = topic.held_from()
     topic.paused = topic.meta.paused = paused
+    if not paused:
+        topic.meta.paused_at = None
+        router.release_held(topic)
     topic.save_meta()
-    for ch in topic.channels.values():
-        router._mark(ch)
     return {}
 
 

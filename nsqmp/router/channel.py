@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from nsqmp.router.filequeue import FileQueue
 
 if TYPE_CHECKING:
+    from nsqmp.router.latency import E2eLatency
     from nsqmp.router.topic import Topic
 
 
@@ -79,6 +80,7 @@ class Channel:
     message_count: int = 0
     requeue_count: int = 0
     timeout_count: int = 0
+    e2e: E2eLatency | None = None  # with --e2e-processing-latency-percentile
     _rr: int = 0
 
     def with_credit(self) -> list[Consumer]:
@@ -113,10 +115,10 @@ class Channel:
                     # omitempty in nsqd: present only for authorized connections
                     **{k: info[k] for k in ("authed", "auth_identity", "auth_identity_url") if info.get(k)},
                     "tls": info.get("tls", False),
-                    "tls_cipher_suite": "",
-                    "tls_version": "",
-                    "tls_negotiated_protocol": "",
-                    "tls_negotiated_protocol_is_mutual": False,
+                    "tls_cipher_suite": info.get("tls_cipher_suite", ""),
+                    "tls_version": info.get("tls_version", ""),
+                    "tls_negotiated_protocol": info.get("tls_negotiated_protocol", ""),
+                    "tls_negotiated_protocol_is_mutual": info.get("tls_negotiated_protocol_is_mutual", False),
                     "topology_zone": "",
                     "topology_region": "",
                     "nsqmp_acceptor": info.get("acceptor", -1),
@@ -133,5 +135,6 @@ class Channel:
             "client_count": len(self.consumers),
             "clients": clients,
             "paused": self.paused,
-            "e2e_processing_latency": {"count": 0, "percentiles": None},
+            "e2e_processing_latency": self.e2e.result() if self.e2e is not None
+            else {"count": 0, "percentiles": None},
         }

@@ -111,6 +111,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     # file may end in a record still being copied: don't resync past that one
     live_writers = router.generation > 1
     channels = list(topic.channels.values())
+    paused_at = topic.meta.paused_at if topic.paused else None
     now = time.time_ns()
     stats = ScanStats()
     for acceptor, seq in files:
@@ -129,7 +130,8 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                 summary.deferred += 1
                 m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
             emptied = topic.meta.backlog_start.get(acceptor)
-            if not channels:
+            # held at the topic: no channel yet, or published after a pause still in force
+            if not channels or (paused_at is not None and (seq, offset) > paused_at.get(acceptor, (-1, -1))):
                 if emptied is None or (seq, offset) > tuple(emptied):
                     if m is not None:
                         topic.backlog.append((m, due))

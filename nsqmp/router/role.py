@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import random
 import struct
 import time
 
@@ -122,6 +123,9 @@ class Router(Role):
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(name, self.opts.data_path, self.opts.mem_queue_size)
+            if self.opts.e2e_processing_latency_percentiles:
+                topic.e2e = (self.opts.e2e_processing_latency_window_time,
+                             tuple(self.opts.e2e_processing_latency_percentiles))
             self.lookup.topic_created(topic)
         return topic
 
@@ -156,7 +160,7 @@ class Router(Role):
         seg = topic.segment(acceptor, seq) if durable else None
         blob = pos + tlen
         lazy: list[Channel] = []  # channels that take this batch as a file range
-        if (durable and topic.held is None and len(rec) > blob + 3 and (seq, offset) > last
+        if (durable and topic.held is None and not topic.paused and len(rec) > blob + 3 and (seq, offset) > last
                 and not rec[blob + 3] & 0x80):  # the whole batch is new, not deferred, not held
             lazy = self._lazy(topic)
             if len(lazy) == max(1, len(topic.channels)):
@@ -310,9 +314,9 @@ class Router(Role):
         topic.message_count += len(msgs)
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
-        if lazy and span is not None:
+        if lazy and span is not None and not topic.paused:
             seg, start, end, count = span
-            if not channels:
+            if not channels or topic.paused:  # held at the topic, as nsqd's topic messagePump
                 topic.backlog_pending.add(seg, start, end, count)
                 seg.refs += count
                 return
@@ -322,7 +326,7 @@ class Router(Role):
                 ch.message_count += count
                 self._mark(ch)
             channels = [ch for ch in channels if ch not in lazy]
-        if not channels:
+        if not channels or topic.paused:  # held at the topic, as nsqd's topic messagePump
             if topic.ephemeral:
                 room = max(0, topic.mem_queue_size - len(topic.backlog))
                 topic.dropped += max(0, len(msgs) - room)
@@ -332,6 +336,35 @@ class Router(Role):
                 if m.segment is not None:
                     m.segment.refs += 1
             return
+        self._fan_out(topic, msgs, channels)
+
+    def release_held(self, topic: Topic) -> None:
+        """An unpaused topic hands what it held to its channels (without any it keeps them)."""
+        if not topic.channels:
+            return
+        if topic.backlog_pending:  # held since before the topic had channels, still in the files
+            pending = topic.backlog_pending
+            count = len(pending)
+            channels = list(topic.channels.values())
+            for ch in channels[1:]:  # a copy of each range for every other channel
+                for seg, start, end, n in pending.ranges:
+                    ch.pending.add(seg, start, end, n)
+                    seg.refs += n
+            for ch in channels:
+                ch.message_count += count
+                self._mark(ch)
+            channels[0].pending.extend(pending)  # the topic's refs become the first channel's
+        if not topic.backlog:
+            return
+        held = list(topic.backlog)
+        topic.backlog.clear()
+        for m, _ in held:  # the topic's file references become the channels'
+            if m.segment is not None:
+                m.segment.refs -= 1
+        self._fan_out(topic, held, list(topic.channels.values()))
+
+    def _fan_out(self, topic: Topic, msgs: list, channels: list) -> None:
+        """A copy of every (Message, due_ns) for each channel."""
         for ch in channels:
             if ch.ephemeral or topic.ephemeral:
                 room = max(0, topic.mem_queue_size - len(ch.ready))
@@ -379,6 +412,12 @@ class Router(Role):
             self._drop_consumer(old)
         topic = self._topic(topic_name)
         ch = self.get_channel(topic, channel_name)
+        limit = self.opts.max_channel_consumers
+        if limit and len(ch.consumers) >= limit:
+            # nsqd's AddClient refuses once the channel exists, and its SUB closes the connection
+            self._error(conn, True, f"E_SUB_FAILED SUB failed consumers for {topic_name.decode()}:"
+                                    f"{channel_name.decode()} exceeds limit of {limit}")
+            return
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
@@ -396,6 +435,7 @@ class Router(Role):
         c = self.consumers.get(conn)
         if c is not None:
             c.closing = True
+            c.rdy = 0  # nsqd's StartClose: RDY 0, state closing
 
     def on_gone(self, src: int, rec: bytes) -> None:
         _, conn = records.CONN.unpack(rec)
@@ -503,6 +543,9 @@ class Router(Role):
         self._take(inf)
         inf.consumer.finish_count += 1
         m = inf.message
+        e2e = inf.consumer.channel.e2e
+        if e2e is not None:
+            e2e.insert(time.time_ns() - m.ts)
         if m.segment is not None:
             topic = inf.consumer.channel.topic
             topic.ack(inf.consumer.channel, m.segment, m.offset)
@@ -601,7 +644,7 @@ class Router(Role):
         next_token = self._token_seq.__next__
         top_up: list[Channel] = []
         for ch in self._dirty:
-            if ch.paused or ch.topic.paused:
+            if ch.paused:  # a paused topic's channels still deliver what they hold
                 continue
             ready = ch.ready
             if ch.pending:
@@ -612,6 +655,8 @@ class Router(Role):
                 continue
             in_flight = ch.in_flight
             for c in ch.with_credit():
+                if c.info.get("sample_rate"):
+                    self._sample(ch, c)
                 n = min(c.credit, len(ready))
                 add = out.setdefault(c.conn, []).append
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
@@ -652,6 +697,27 @@ class Router(Role):
                 self._refill(ch)
                 if any(c.credit > 0 for c in ch.consumers.values()):
                     self._mark(ch)
+
+    def _sample(self, ch: Channel, c: Consumer) -> None:
+        """IDENTIFY sample_rate: as nsqd's messagePump, each message this consumer would take
+        is skipped unless a draw in 0..99 is at most the rate; a skipped message is gone
+        for the channel (finished without being sent), so it is acknowledged here.
+        Leaves at the head of the queue up to the consumer's credit of messages it keeps."""
+        rate = int(c.info["sample_rate"])
+        ready = ch.ready
+        keep: list = []
+        while ready and len(keep) < c.credit:
+            entry = ready.popleft()
+            if random.randrange(100) <= rate:
+                keep.append(entry)
+                continue
+            m = entry[0]
+            if m.segment is not None:
+                topic = ch.topic
+                topic.ack(ch, m.segment, m.offset)
+                topic.release(m.segment)
+                self._acks_pending.add(topic)
+        ready.extendleft(reversed(keep))
 
     def _send_frames(self, conn: int, frames: list[bytes]) -> None:
         dst = self.plan.acceptor_slot(records.conn_acceptor(conn))

@@ -17,6 +17,7 @@ from nsqmp.diskqueue.acklog import AckLog
 from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
 from nsqmp.protocol.names import is_ephemeral
+from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.channel import Channel
 from nsqmp.router.filequeue import FileQueue
 
@@ -50,7 +51,7 @@ class Topic:
         self.acks_kept = 0  # entries the last compaction of the log kept
         self.deleted_since_compact = 0  # segment files deleted since (their entries are dead)
         self.channels: dict[bytes, Channel] = {}
-        self.backlog: deque = deque()  # (Message, due_ns) published before any channel existed
+        self.backlog: deque = deque()  # (Message, due_ns) held: no channel yet, or the topic is paused
         self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
         self.segments: dict[tuple[int, int], Segment] = {}
         self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
@@ -60,6 +61,7 @@ class Topic:
         self.paused = False
         self.disk_bytes = 0  # record bytes in segment files not yet deleted or dropped
         self.full = False  # refusing publishes (max-topic-bytes, policy refuse)
+        self.e2e: tuple[float, tuple[float, ...]] | None = None  # (window s, percentiles)
         # a new topic while lookupds are configured: its messages wait here, unassigned,
         # until the lookupds said which channels the topic has elsewhere (nsqd's GetTopic)
         self.held: list[tuple[list, int]] | None = None  # (batch of (Message, due_ns), bytes)
@@ -112,19 +114,34 @@ class Topic:
         adopted: list = []
         if ch is None:
             first = not self.channels
-            ch = self.add_channel(name, start=None if first else dict(self.hwm if start is None else start))
-            if first and self.backlog:
+            ch = self.add_channel(name, start=None if first else dict(start) if start is not None
+                                  else self.held_from())
+            if first and self.backlog and not self.paused:  # a paused topic keeps holding
                 adopted = list(self.backlog)
                 self.backlog.clear()
-            if first and self.backlog_pending:
+            if first and self.backlog_pending and not self.paused:
                 ch.message_count += len(self.backlog_pending)
                 ch.pending.extend(self.backlog_pending)  # their refs become the channel's
             self.save_meta()
         return ch, adopted
 
+    def held_from(self) -> dict[int, tuple[int, int]]:
+        """Per acceptor stream, the last record before what the topic holds (its backlog):
+        the records after it are what a channel created now gets once they flow."""
+        start = dict(self.hwm)
+        seen: set[int] = set()
+        for m, _ in self.backlog:
+            seg = m.segment
+            if seg is not None and seg.acceptor not in seen:
+                seen.add(seg.acceptor)
+                start[seg.acceptor] = (seg.seq, m.offset - 1)
+        return start
+
     def add_channel(self, name: bytes, start: dict | None, cid: int = 0, paused: bool = False) -> Channel:
         ephemeral = is_ephemeral(name)
         ch = self.channels[name] = Channel(name, self, ephemeral=ephemeral, paused=paused)
+        if self.e2e is not None:
+            ch.e2e = E2eLatency(*self.e2e)
         if not ephemeral and self.durable:
             if not cid:
                 cid = self.meta.next_channel_id
@@ -220,5 +237,7 @@ class Topic:
             "message_bytes": self.message_bytes,
             "paused": self.paused,
             "nsqmp_dropped_count": self.dropped,
-            "e2e_processing_latency": {"count": 0, "percentiles": None},
+            "e2e_processing_latency": aggregate(
+                self.e2e[1], [c.e2e for c in self.channels.values() if c.e2e is not None]
+            ) if self.e2e is not None else {"count": 0, "percentiles": None},
         }

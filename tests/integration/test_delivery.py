@@ -49,9 +49,13 @@ def test_http_pub_defer(broker):
     assert (status, body) == (200, b"OK")
     m = c.read_message()
     assert m.body == b"x" and time.monotonic() - t0 >= 0.45
-    for bad in ("-1", "abc", str(3600 * 1000 + 1)):
+    for bad in ("-1", "abc", str(3600 * 1000 + 1), "1_0", "%2010", "10%20", "1.5"):
         status, body, _ = broker.http("POST", f"/pub?topic=hdefer&defer={bad}", b"x")
         assert (status, body) == (400, b'{"message":"INVALID_DEFER"}'), bad
+    # Go's ParseInt takes a sign
+    status, body, _ = broker.http("POST", "/pub?topic=hdefer&defer=%2B1", b"plus")
+    assert (status, body) == (200, b"OK")
+    assert c.read_message().body == b"plus"
     c.close()
 
 

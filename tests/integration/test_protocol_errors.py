@@ -502,7 +502,7 @@ def test_cls_then_rdy_is_ignored(broker):
             p.pub("closing", b"second")
         _assert_silent(c, 0.5)
         client = broker.stats(topic="closing")["topics"][0]["channels"][0]["clients"][0]
-        assert client["state"] == 4, client
+        assert (client["state"], client["ready_count"]) == (4, 0), client
         # FIN is still accepted for what is in flight, and the connection stays open
         c.fin(first.id)
         c.pub("closing", b"third")
@@ -602,6 +602,16 @@ def test_http_ping(broker):
 @pytest.mark.parametrize("method, path, body, status, message", [
     ("POST", "/pub", b"x", 400, "MISSING_ARG_TOPIC"),
     ("POST", "/pub?topic=a*b", b"x", 400, "INVALID_TOPIC"),
+    ("POST", "/pub?topic=web%0A", b"x", 400, "INVALID_TOPIC"),  # Go's "$" is the very end
+    # what Go's url.ParseQuery refuses
+    ("POST", "/pub?topic=web;x=1", b"x", 400, "INVALID_REQUEST"),
+    ("POST", "/pub?topic=web&defer=%zz", b"x", 400, "INVALID_REQUEST"),
+    ("POST", "/pub?topic=w%e", b"", 400, "MSG_EMPTY"),  # the body is checked first
+    ("POST", "/mpub?topic=web%", b"x", 400, "INVALID_REQUEST"),
+    ("GET", "/stats?format=json&topic=%zz", None, 400, "INVALID_REQUEST"),
+    ("POST", "/topic/create?topic=%1", b"", 400, "INVALID_REQUEST"),
+    ("POST", "/channel/pause?topic=web;channel=c", b"", 400, "INVALID_REQUEST"),
+    ("POST", "/channel/create?topic=web&channel=c%0A", b"", 400, "INVALID_ARG_CHANNEL"),
     ("POST", "/pub?topic=" + "x" * 65, b"x", 400, "INVALID_TOPIC"),
     ("POST", "/pub?topic=web", b"", 400, "MSG_EMPTY"),
     ("POST", "/pub?topic=web", b"z" * (MAX_MSG + 1), 413, "MSG_TOO_BIG"),
@@ -656,7 +666,7 @@ def test_http_stats_json(broker):
         topics = wait_for(settled, what="stats to show the delivery")
         stats = broker.stats()
     assert stats["version"] == "1.3.0" and stats["health"] == "OK"
-    assert isinstance(stats["start_time"], int) and isinstance(stats["producers"], list)
+    assert isinstance(stats["start_time"], int) and stats["producers"] is None  # none open: nsqd says null
     names = [t["topic_name"] for t in stats["topics"]]
     assert names == sorted(names)  # sorted by name, as nsqd does
 
@@ -678,8 +688,15 @@ def test_http_stats_json(broker):
     # the filters: one topic, one channel, and clients left out
     only = broker.stats(topic="statst", channel="c1", include_clients="false")
     assert [x["topic_name"] for x in only["topics"]] == ["statst"]
-    assert only["topics"][0]["channels"][0]["clients"] in ([], None)
-    assert broker.stats(topic="no-such-topic")["topics"] in ([], None)
+    assert only["topics"][0]["channels"][0]["clients"] is None  # nsqd's nil slice
+    assert only["producers"] is None
+    # nsqd's GetStats returns its empty Stats for a topic it does not have
+    status, body, _ = broker.http("GET", "/stats?format=json&topic=no-such-topic")
+    missing = orjson.loads(body)
+    assert (status, missing["topics"], missing["producers"]) == (200, None, None)
+    # a channel filter leaves out the topics without that channel
+    assert broker.stats(channel="c1")["topics"] == [
+        t for t in broker.stats()["topics"] if [c["channel_name"] for c in t["channels"]] == ["c1"]]
 
 
 # -- after all of it ------------------------------------------------------------------------------------

@@ -7,8 +7,16 @@ Starts its own broker (temporary data dir, port 0), then, at the same time:
   Lateness = arrival - (message timestamp + defer), both wall clock on this machine.
 - in flight: --inflight messages delivered to --inflight / 2500 connections with
   msg_timeout --msg-timeout and never finished, so every one of them times out and is
-  redelivered, again and again, for --hold seconds. Lateness = time since the previous
-  delivery of the same message - msg_timeout (transit time cancels out).
+  redelivered, again and again, for --hold seconds. Lateness = arrival - arrival of the
+  previous delivery (attempts - 1, seen by the same consumer process) - msg_timeout.
+  The deadline runs from the router's delivery pass, so this is the true lateness plus
+  this delivery's transit minus the previous one's: exact when transit is steady, an
+  underestimate by up to the previous transit when the previous delivery waited in a
+  burst. The first deliveries come as fast as the MPUBs are taken, so the deadlines are
+  spread over the publishing time, not all at once.
+
+Both are measured at the client, end to end (timer, router, acceptor, socket, client),
+not at the router's FIRE.
 
 Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer process's CPU
 over the run (from /proc), and CPU per million timer operations. Prints a JSON line.
@@ -22,6 +30,7 @@ import os
 import selectors
 import socket
 import struct
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -90,9 +99,11 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
                     replies.append(b"FIN " + msg_id + b"\n")
                 else:
                     prev = last_seen.get(msg_id)
-                    if prev is not None:
-                        late.append((now - prev - timeout_ns) / 1e6)
-                    last_seen[msg_id] = now
+                    # only consecutive deliveries: the one in between may have gone to
+                    # another consumer process
+                    if prev is not None and prev[1] == attempts - 1:
+                        late.append((now - prev[0] - timeout_ns) / 1e6)
+                    last_seen[msg_id] = (now, attempts)
             if replies:
                 s.setblocking(True)
                 s.sendall(b"".join(replies))
@@ -151,14 +162,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--msg-timeout", type=int, default=10_000, help="ms, for the in-flight messages")
     p.add_argument("--hold", type=float, default=45.0, help="seconds the in-flight load is held")
     p.add_argument("--consumer-procs", type=int, default=2)
+    p.add_argument("--py-spy", metavar="OUT", help="profile router 0 with py-spy (on PATH, not a "
+                   "dependency) for the whole run; collapsed stacks written to OUT")
     args = p.parse_args(argv)
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="nsqmp-timerbench-") as tmp:
         broker = Broker(Path(tmp) / "data", log_path=Path(tmp) / "broker.log").start()
+        spy = None
         try:
             addr = broker.tcp_address
-            timer_pid = broker.children()["nsqmp timer"]
+            children = broker.children()
+            timer_pid = children["nsqmp timer"]
+            router_pids = [pid for name, pid in children.items() if name.startswith("nsqmp router")]
             cpu0 = _cpu_seconds(timer_pid)
+            router_cpu0 = sum(_cpu_seconds(pid) for pid in router_pids)
+            if args.py_spy:
+                import shutil
+                import subprocess
+
+                exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+                spy = subprocess.Popen([exe, "record", "--pid", str(children["nsqmp router 0"]),
+                                        "--format", "raw", "--rate", "200", "--nonblocking",
+                                        "--output", args.py_spy], stdout=subprocess.DEVNULL)
             t0 = time.time()
             until = t0 + max(args.hold, args.defer_min + args.defer_spread + 5)
             procs, pipes = [], []
@@ -198,9 +223,13 @@ def main(argv: list[str] | None = None) -> int:
                 if recv.poll(until - time.time() + 120):
                     results.setdefault(name, []).append(recv.recv())
             cpu = _cpu_seconds(timer_pid) - cpu0
+            router_cpu = sum(_cpu_seconds(pid) for pid in router_pids) - router_cpu0
             elapsed = time.time() - t0
             stats = broker.stats()
         finally:
+            if spy is not None:
+                spy.send_signal(2)
+                spy.wait(60)
             broker.stop()
         for proc in procs:
             proc.join(10)
@@ -221,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         "timeouts_fired": fired,
         "timer_cpu_seconds": round(cpu, 2),
         "timer_cpu_percent": round(100 * cpu / elapsed, 1),
+        "router_cpu_seconds": round(router_cpu, 2),
+        "router_cpu_percent": round(100 * router_cpu / elapsed, 1),
         "timer_ops": timer_ops,
         "timer_cpu_seconds_per_million_ops": round(cpu / timer_ops * 1e6, 3) if timer_ops else None,
         "channels": {t["topic_name"]: {c["channel_name"]: {k: c[k] for k in ("depth", "in_flight_count",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+from array import array
 import struct
 import time
 
@@ -38,7 +39,7 @@ class Router(Role):
         self._dirty: set[Channel] = set()
         self._deliver_scheduled = False
         self._refills: set[Channel] = set()  # channels to top up from the files (_refill_soon)
-        self._arms: list[tuple[int, int]] = []
+        self._arms = array("Q")  # token, deadline, token, deadline... for the next ARM
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
         self.max_chunk = plan.ring_capacity // 4 - 64
@@ -365,10 +366,12 @@ class Router(Role):
 
     def _defer(self, ch: Channel, m: Message, attempts: int, deadline: int) -> None:
         token = next(self._token_seq)
+        deadline = max(deadline, 0)  # long past (a recovered message): due at once
         entry = Deferred(token, m, attempts, ch, deadline)
         ch.deferred[token] = entry
         self.tokens[token] = entry
-        self._arms.append((token, deadline))
+        self._arms.append(token)
+        self._arms.append(deadline)
         self._flush_timer_soon()
 
     # -- consumers -------------------------------------------------------------------------
@@ -536,16 +539,22 @@ class Router(Role):
         timeout = int(inf.consumer.info.get("msg_timeout", 60000)) * 1_000_000
         cap = inf.delivered + int(self.opts.max_msg_timeout * 1e9)
         inf.deadline = min(time.monotonic_ns() + timeout, cap)
-        self._arms.append((inf.token, inf.deadline))
+        self._arms.append(inf.token)
+        self._arms.append(inf.deadline)
         self._flush_timer_soon()
 
     # -- deadlines -------------------------------------------------------------------------
     def on_fire(self, src: int, rec: bytes) -> None:
+        """Deadlines passed: timed-out and deferred messages go back to their queues; one
+        delivery pass for the whole record then hands them out."""
+        pop = self.tokens.pop
+        touched: set[Channel] = set()
+        last = None
         for token in records.unpack_tokens(rec):
-            entry = self.tokens.pop(token, None)
+            entry = pop(token, None)
             if entry is None:
                 continue
-            if isinstance(entry, Deferred):
+            if type(entry) is Deferred:
                 ch = entry.channel
                 del ch.deferred[token]
             else:
@@ -555,11 +564,18 @@ class Router(Role):
                 c.in_flight -= 1
                 ch.timeout_count += 1
             ch.ready.append((entry.message, entry.attempts))
+            if ch is not last:
+                touched.add(ch)
+                last = ch
+        for ch in touched:
             self._mark(ch)
 
     def on_timer_hello(self, src: int, rec: bytes) -> None:
         """A new timer knows nothing: give it every deadline again."""
-        self._arms.extend((inf.token, inf.deadline) for inf in self.tokens.values())
+        arms = self._arms
+        for entry in self.tokens.values():
+            arms.append(entry.token)
+            arms.append(entry.deadline)
         self._flush_timer_soon()
 
     # -- lookupd and run-time options (from acceptor 0) -------------------------------------------
@@ -581,10 +597,11 @@ class Router(Role):
 
     def _flush_timer(self) -> None:
         timer = self.plan.timer_slot
-        step = max(1, self.max_chunk // 16)
-        while self._arms:
-            arms, self._arms = self._arms[:step], self._arms[step:]
-            self.endpoint.send(timer, records.arm(arms))
+        if self._arms:
+            arms, self._arms = self._arms, array("Q")
+            step = 2 * max(1, self.max_chunk // 16)  # values: two per entry
+            for start in range(0, len(arms), step):
+                self.endpoint.send(timer, records.arm_flat(arms[start:start + step]))
         step = max(1, self.max_chunk // 8)
         while self._disarms:
             disarms, self._disarms = self._disarms[:step], self._disarms[step:]
@@ -598,6 +615,7 @@ class Router(Role):
         out: dict[int, list[bytes]] = {}
         tokens = self.tokens
         arm = self._arms.append
+        frame = message_frame
         next_token = self._token_seq.__next__
         top_up: list[Channel] = []
         for ch in self._dirty:
@@ -620,8 +638,9 @@ class Router(Role):
                     attempts += 1
                     token = next_token()
                     in_flight[m.id] = tokens[token] = InFlight(token, m, attempts, c, deadline, now)
-                    arm((token, deadline))
-                    add(message_frame(m.ts, attempts, m.id, m.body))
+                    arm(token)
+                    arm(deadline)
+                    add(frame(m.ts, attempts, m.id, m.body))
                 c.in_flight += n
                 c.message_count += n
                 if not ready:

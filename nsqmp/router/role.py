@@ -22,7 +22,10 @@ from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
 
 _TS = struct.Struct(">q")
-_GC_INTERVAL = 30.0
+# Automatic collections of the young generations only, small enough to stay short: a
+# gen-0 pass every _GC_YOUNG net allocations (about 1-3 ms), a gen-1 pass every third.
+_GC_YOUNG = 5_000
+_GC_NEVER = 2**31 - 1  # gen-2 threshold: a full collection never runs by itself
 _MIN_IN_MEMORY = 100  # messages a channel keeps as objects even with a smaller mem-queue-size
 
 
@@ -70,24 +73,22 @@ class Router(Role):
         # A full collection walks every queued message: over a second with millions queued,
         # long enough for in-flight messages to time out while FINs wait in the ring. The
         # router's structures form no cyclic garbage (consumer, channel and topic cycles are
-        # broken when they are removed), so only young generations are collected, now and
-        # then, off the hot path.
+        # broken when they are removed), so only the young generations are collected, and
+        # often: collecting them every 30 s instead walked every message made in those 30 s
+        # (0.7 s for a million in flight, seconds at 1M + 1M, every timer late by as much).
+        # What recovery builds is frozen: never walked again.
         gc.disable()
-        self.loop.call_later(_GC_INTERVAL, self._collect_young)
-
         started = time.monotonic()
         summary = recover_owned(self)
+        gc.freeze()
+        gc.set_threshold(_GC_YOUNG, 2, _GC_NEVER)
+        gc.enable()
         if summary.topics:
             self.log.info("recovered %d topics, %d channels, %d messages (%d deferred) in %.2fs",
                           summary.topics, summary.channels, summary.messages, summary.deferred,
                           time.monotonic() - started)
         if self.opts.sync_timeout > 0:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
-
-    def _collect_young(self) -> None:
-        gc.collect(1)
-        if not self._stopping:
-            self.loop.call_later(_GC_INTERVAL, self._collect_young)
 
     def _periodic_sync(self) -> None:
         for topic in self.topics.values():

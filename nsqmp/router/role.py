@@ -432,7 +432,8 @@ class Router(Role):
         self.consumers.pop(c.conn, None)
         ch = c.channel
         ch.consumers.pop(c.conn, None)
-        mine = [inf for inf in ch.in_flight.values() if inf.consumer is c]
+        mine = list(c.held.values())  # its own, not a walk of the channel's whole in-flight set
+        c.held.clear()
         for inf in mine:
             del ch.in_flight[inf.message.id]
             self.tokens.pop(inf.token, None)
@@ -474,6 +475,7 @@ class Router(Role):
         ch.deferred.clear()
         for c in ch.consumers.values():
             c.in_flight = 0
+            c.held.clear()
         self._flush_timer_soon()
 
     def _error(self, conn: int, fatal: bool, text: str) -> None:
@@ -494,6 +496,7 @@ class Router(Role):
         """Remove an in-flight entry: it is no longer the consumer's, nor the timer's."""
         c = inf.consumer
         del c.channel.in_flight[inf.message.id]
+        c.held.pop(inf.message.id, None)
         self.tokens.pop(inf.token, None)
         self._disarms.append(inf.token)
         c.in_flight -= 1
@@ -562,6 +565,7 @@ class Router(Role):
                 c = entry.consumer
                 ch = c.channel
                 ch.in_flight.pop(entry.message.id, None)
+                c.held.pop(entry.message.id, None)
                 c.in_flight -= 1
                 ch.timeout_count += 1
             ch.ready.append((entry.message, entry.attempts))
@@ -633,12 +637,13 @@ class Router(Role):
             for c in ch.with_credit():
                 n = min(c.credit, len(ready))
                 add = out.setdefault(c.conn, []).append
+                held = c.held
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
                 for _ in range(n):
                     m, attempts = ready.popleft()
                     attempts += 1
                     token = next_token()
-                    in_flight[m.id] = tokens[token] = InFlight(token, m, attempts, c, deadline, now)
+                    in_flight[m.id] = held[m.id] = tokens[token] = InFlight(token, m, attempts, c, deadline, now)
                     arm(token)
                     arm(deadline)
                     add(frame(m.ts, attempts, m.id, m.body))

@@ -7,7 +7,8 @@ Starts its own broker (temporary data dir, port 0), then, at the same time:
   Lateness = arrival - (message timestamp + defer), both wall clock on this machine.
 - in flight: --inflight messages delivered to --inflight / 2500 connections with
   msg_timeout --msg-timeout and never finished, so every one of them times out and is
-  redelivered, again and again, for --hold seconds. Lateness = arrival - arrival of the
+  redelivered, again and again, for --hold seconds (longer if the last deferred message
+  arrives later: the load is held until every one of them has come). Lateness = arrival - arrival of the
   previous delivery (attempts - 1, seen by the same consumer process) - msg_timeout.
   The deadline runs from the router's delivery pass, so this is the true lateness plus
   this delivery's transit minus the previous one's: exact when transit is steady, an
@@ -18,8 +19,10 @@ Starts its own broker (temporary data dir, port 0), then, at the same time:
 Both are measured at the client, end to end (timer, router, acceptor, socket, client),
 not at the router's FIRE.
 
-Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer process's CPU
-over the run (from /proc), and CPU per million timer operations. Prints a JSON line.
+Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer's and the
+routers' CPU over the run (from /proc), and the timer's CPU per million timer operations
+(ARM at each delivery and DPUB, FIRE, DISARM at each FIN). --py-spy OUT samples router 0
+with py-spy meanwhile. Prints a JSON line.
 A benchmark, never a test: numbers depend on the machine and its load.
 """
 from __future__ import annotations
@@ -61,7 +64,7 @@ def _connect(addr: str, topic: str, channel: str, rdy: int, msg_timeout: int = 0
 
 
 def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin: bool,
-             until: float, expect: int, out) -> None:
+             until: float, expect: int, stop, out) -> None:
     """One process, several connections; sends back lateness samples in ms."""
     sel = selectors.DefaultSelector()
     readers = {}
@@ -74,7 +77,7 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
     last_seen: dict[bytes, int] = {}
     got = 0
     timeout_ns = msg_timeout * 1_000_000
-    while time.time() < until and not (fin and expect and got >= expect):
+    while time.time() < until and not stop.is_set() and not (fin and expect and got >= expect):
         for key, _ in sel.select(0.2):
             s = key.fileobj
             try:
@@ -185,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                                         "--format", "raw", "--rate", "200", "--nonblocking",
                                         "--output", args.py_spy], stdout=subprocess.DEVNULL)
             t0 = time.time()
-            until = t0 + max(args.hold, args.defer_min + args.defer_spread + 5)
+            # every deferred message is waited for (however long publishing took), and the
+            # in-flight load is held until then, or --hold, whichever is later
+            until = t0 + args.hold + args.defer_min + args.defer_spread + 300  # a bound only
+            stop = ctx.Event()
             procs, pipes = [], []
 
             def spawn(target, *a) -> None:
@@ -201,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.consumer_procs):
                 n = min(per, inflight_conns - i * per)
                 if n > 0:
-                    spawn(_consume, addr, "tinf", n, _MAX_RDY, args.msg_timeout, False, until, 0)
+                    spawn(_consume, addr, "tinf", n, _MAX_RDY, args.msg_timeout, False, until, 0, stop)
+            n_inflight = len(pipes)
             if args.deferred:
-                spawn(_consume, addr, "tdef", 4, _MAX_RDY, 0, True, until, args.deferred)
+                spawn(_consume, addr, "tdef", 4, _MAX_RDY, 0, True, until, args.deferred, stop)
             time.sleep(1.0)
             if args.deferred:
                 half = args.deferred // 2
@@ -219,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
                         while not reader.feed(s.recv(64)):
                             pass
             results = {}
-            for name, recv in pipes:
-                if recv.poll(until - time.time() + 120):
+            for name, recv in pipes[n_inflight:]:  # the deferred consumer and the publishers
+                if recv.poll(max(0.0, until - time.time())):
+                    results.setdefault(name, []).append(recv.recv())
+            time.sleep(max(0.0, t0 + args.hold - time.time()))
+            stop.set()
+            for name, recv in pipes[:n_inflight]:
+                if recv.poll(30):
                     results.setdefault(name, []).append(recv.recv())
             cpu = _cpu_seconds(timer_pid) - cpu0
             router_cpu = sum(_cpu_seconds(pid) for pid in router_pids) - router_cpu0
@@ -245,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "deferred": args.deferred, "inflight": args.inflight, "msg_timeout_ms": args.msg_timeout,
         "seconds": round(elapsed, 1),
+        "deferred_delivered": delivered_def,
         "deferred_lateness_ms": _percentiles(deferred_late),
         "timeout_lateness_ms": _percentiles(inflight_late),
         "timeouts_fired": fired,

@@ -643,7 +643,8 @@ class Router(Role):
                     m, attempts = ready.popleft()
                     attempts += 1
                     token = next_token()
-                    in_flight[m.id] = held[m.id] = tokens[token] = InFlight(token, m, attempts, c, deadline, now)
+                    inf = InFlight(token, m, attempts, c, deadline, now)
+                    in_flight[m.id] = held[m.id] = tokens[token] = inf
                     arm(token)
                     arm(deadline)
                     add(frame(m.ts, attempts, m.id, m.body))

@@ -7,11 +7,22 @@ Starts its own broker (temporary data dir, port 0), then, at the same time:
   Lateness = arrival - (message timestamp + defer), both wall clock on this machine.
 - in flight: --inflight messages delivered to --inflight / 2500 connections with
   msg_timeout --msg-timeout and never finished, so every one of them times out and is
-  redelivered, again and again, for --hold seconds. Lateness = time since the previous
-  delivery of the same message - msg_timeout (transit time cancels out).
+  redelivered, again and again, for --hold seconds (longer if the last deferred message
+  arrives later: the load is held until every one of them has come). Lateness = arrival - arrival of the
+  previous delivery (attempts - 1, seen by the same consumer process) - msg_timeout.
+  The deadline runs from the router's delivery pass, so this is the true lateness plus
+  this delivery's transit minus the previous one's: exact when transit is steady, an
+  underestimate by up to the previous transit when the previous delivery waited in a
+  burst. The first deliveries come as fast as the MPUBs are taken, so the deadlines are
+  spread over the publishing time, not all at once.
 
-Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer process's CPU
-over the run (from /proc), and CPU per million timer operations. Prints a JSON line.
+Both are measured at the client, end to end (timer, router, acceptor, socket, client),
+not at the router's FIRE.
+
+Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer's and the
+routers' CPU over the run (from /proc), and the timer's CPU per million timer operations
+(ARM at each delivery and DPUB, FIRE, DISARM at each FIN). --py-spy OUT samples router 0
+with py-spy meanwhile. Prints a JSON line.
 A benchmark, never a test: numbers depend on the machine and its load.
 """
 from __future__ import annotations
@@ -22,6 +33,7 @@ import os
 import selectors
 import socket
 import struct
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,7 +64,7 @@ def _connect(addr: str, topic: str, channel: str, rdy: int, msg_timeout: int = 0
 
 
 def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin: bool,
-             until: float, expect: int, out) -> None:
+             until: float, expect: int, stop, out) -> None:
     """One process, several connections; sends back lateness samples in ms."""
     sel = selectors.DefaultSelector()
     readers = {}
@@ -65,7 +77,7 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
     last_seen: dict[bytes, int] = {}
     got = 0
     timeout_ns = msg_timeout * 1_000_000
-    while time.time() < until and not (fin and expect and got >= expect):
+    while time.time() < until and not stop.is_set() and not (fin and expect and got >= expect):
         for key, _ in sel.select(0.2):
             s = key.fileobj
             try:
@@ -90,9 +102,11 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
                     replies.append(b"FIN " + msg_id + b"\n")
                 else:
                     prev = last_seen.get(msg_id)
-                    if prev is not None:
-                        late.append((now - prev - timeout_ns) / 1e6)
-                    last_seen[msg_id] = now
+                    # only consecutive deliveries: the one in between may have gone to
+                    # another consumer process
+                    if prev is not None and prev[1] == attempts - 1:
+                        late.append((now - prev[0] - timeout_ns) / 1e6)
+                    last_seen[msg_id] = (now, attempts)
             if replies:
                 s.setblocking(True)
                 s.sendall(b"".join(replies))
@@ -151,16 +165,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--msg-timeout", type=int, default=10_000, help="ms, for the in-flight messages")
     p.add_argument("--hold", type=float, default=45.0, help="seconds the in-flight load is held")
     p.add_argument("--consumer-procs", type=int, default=2)
+    p.add_argument("--py-spy", metavar="OUT", help="profile router 0 with py-spy (on PATH, not a "
+                   "dependency) for the whole run; collapsed stacks written to OUT")
     args = p.parse_args(argv)
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="nsqmp-timerbench-") as tmp:
         broker = Broker(Path(tmp) / "data", log_path=Path(tmp) / "broker.log").start()
+        spy = None
         try:
             addr = broker.tcp_address
-            timer_pid = broker.children()["nsqmp timer"]
+            children = broker.children()
+            timer_pid = children["nsqmp timer"]
+            router_pids = [pid for name, pid in children.items() if name.startswith("nsqmp router")]
             cpu0 = _cpu_seconds(timer_pid)
+            router_cpu0 = sum(_cpu_seconds(pid) for pid in router_pids)
+            if args.py_spy:
+                import shutil
+                import subprocess
+
+                exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+                spy = subprocess.Popen([exe, "record", "--pid", str(children["nsqmp router 0"]),
+                                        "--format", "raw", "--rate", "200", "--nonblocking",
+                                        "--output", args.py_spy], stdout=subprocess.DEVNULL)
             t0 = time.time()
-            until = t0 + max(args.hold, args.defer_min + args.defer_spread + 5)
+            # every deferred message is waited for (however long publishing took), and the
+            # in-flight load is held until then, or --hold, whichever is later
+            until = t0 + args.hold + args.defer_min + args.defer_spread + 300  # a bound only
+            stop = ctx.Event()
             procs, pipes = [], []
 
             def spawn(target, *a) -> None:
@@ -176,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.consumer_procs):
                 n = min(per, inflight_conns - i * per)
                 if n > 0:
-                    spawn(_consume, addr, "tinf", n, _MAX_RDY, args.msg_timeout, False, until, 0)
+                    spawn(_consume, addr, "tinf", n, _MAX_RDY, args.msg_timeout, False, until, 0, stop)
+            n_inflight = len(pipes)
             if args.deferred:
-                spawn(_consume, addr, "tdef", 4, _MAX_RDY, 0, True, until, args.deferred)
+                spawn(_consume, addr, "tdef", 4, _MAX_RDY, 0, True, until, args.deferred, stop)
             time.sleep(1.0)
             if args.deferred:
                 half = args.deferred // 2
@@ -194,13 +226,22 @@ def main(argv: list[str] | None = None) -> int:
                         while not reader.feed(s.recv(64)):
                             pass
             results = {}
-            for name, recv in pipes:
-                if recv.poll(until - time.time() + 120):
+            for name, recv in pipes[n_inflight:]:  # the deferred consumer and the publishers
+                if recv.poll(max(0.0, until - time.time())):
+                    results.setdefault(name, []).append(recv.recv())
+            time.sleep(max(0.0, t0 + args.hold - time.time()))
+            stop.set()
+            for name, recv in pipes[:n_inflight]:
+                if recv.poll(30):
                     results.setdefault(name, []).append(recv.recv())
             cpu = _cpu_seconds(timer_pid) - cpu0
+            router_cpu = sum(_cpu_seconds(pid) for pid in router_pids) - router_cpu0
             elapsed = time.time() - t0
             stats = broker.stats()
         finally:
+            if spy is not None:
+                spy.send_signal(2)
+                spy.wait(60)
             broker.stop()
         for proc in procs:
             proc.join(10)
@@ -216,11 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "deferred": args.deferred, "inflight": args.inflight, "msg_timeout_ms": args.msg_timeout,
         "seconds": round(elapsed, 1),
+        "deferred_delivered": delivered_def,
         "deferred_lateness_ms": _percentiles(deferred_late),
         "timeout_lateness_ms": _percentiles(inflight_late),
         "timeouts_fired": fired,
         "timer_cpu_seconds": round(cpu, 2),
         "timer_cpu_percent": round(100 * cpu / elapsed, 1),
+        "router_cpu_seconds": round(router_cpu, 2),
+        "router_cpu_percent": round(100 * router_cpu / elapsed, 1),
         "timer_ops": timer_ops,
         "timer_cpu_seconds_per_million_ops": round(cpu / timer_ops * 1e6, 3) if timer_ops else None,
         "channels": {t["topic_name"]: {c["channel_name"]: {k: c[k] for k in ("depth", "in_flight_count",

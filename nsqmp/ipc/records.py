@@ -53,6 +53,8 @@ router can tell the connections of a dead acceptor incarnation from the live one
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
 CHANNELS, LOOKUPDS, CONFIG = range(11, 14)
@@ -120,6 +122,15 @@ def unpack_tokens(rec: bytes) -> tuple[int, ...]:
 def arm(items: list[tuple[int, int]]) -> bytes:
     flat = [v for pair in items for v in pair]
     return bytes((ARM,)) + struct.pack("<" + "Qq" * len(items), *flat)
+
+
+def arm_flat(values: array) -> bytes:
+    """ARM from an array('Q') of token, deadline, token, deadline...: one copy, no
+    per-entry Python work (deadlines are positive, so their u64 and i64 bytes agree)."""
+    if sys.byteorder != "little":
+        values = array("Q", values)
+        values.byteswap()
+    return bytes((ARM,)) + values.tobytes()
 
 
 def unpack_arm(rec: bytes) -> list[tuple[int, int]]:

@@ -47,13 +47,13 @@ def error(data: bytes) -> bytes:
     return frame(FRAME_ERROR, data)
 
 
+_MESSAGE_FRAME_HEAD = struct.Struct(">iiqH16s")  # FRAME_HEADER + MESSAGE_HEADER in one pack
+
+
 def message_frame(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
     """A type-2 frame carrying one message."""
-    return (
-        FRAME_HEADER.pack(len(body) + MESSAGE_HEADER_SIZE + 4, FRAME_MESSAGE)
-        + MESSAGE_HEADER.pack(timestamp, attempts & 0xFFFF, msg_id)
-        + body
-    )
+    return _MESSAGE_FRAME_HEAD.pack(len(body) + MESSAGE_HEADER_SIZE + 4, FRAME_MESSAGE,
+                                    timestamp, attempts & 0xFFFF, msg_id) + body
 
 
 OK_FRAME = response(OK)

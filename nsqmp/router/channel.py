@@ -39,6 +39,7 @@ class Consumer:
     finish_count: int = 0
     requeue_count: int = 0
     closing: bool = False
+    held: dict = field(default_factory=dict)  # message id -> InFlight: what it has in flight
 
     @property
     def credit(self) -> int:

@@ -128,8 +128,8 @@ class SegmentWriter:
         self.pos = HEADER_SIZE
         self._synced_to = 0
 
-    def append(self, blob: bytes) -> tuple[int, int]:
-        """Write one batch; returns (seq, offset) of its first record."""
+    def append(self, blob: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Write one batch (encoded records); returns (seq, offset) of its first record."""
         need = len(blob)
         if self._map is not None and self.pos + need > self.max_bytes and self.pos > HEADER_SIZE:
             self.close()

@@ -22,8 +22,10 @@ File layout (little-endian)::
     A length word of 0 where a record would start marks the end of what was written
     (the file is zero past it). Limits: 26 <= length <= max-msg-size + 34.
 
-The checksum is CRC-32C (Castagnoli), from the crc32c package: SSE4.2/ARMv8 instructions
-where the CPU has them (about twice as fast as zlib's CRC-32 here), software otherwise.
+The checksum is CRC-32C (Castagnoli). The acceptor's publish path writes records with
+the native encoder (native/publish.h: SSE4.2 crc32 instruction, else a table; its twin
+nsqmp/diskqueue/pyencoder.py); encode() below and the readers use the crc32c package
+(SSE4.2/ARMv8 where the CPU has them). The tests check both give the same value.
 
 Space is reserved with posix_fallocate before it is mapped: a write through a mapping
 into a hole of a full disk would kill the process with SIGBUS, while a failed

@@ -1,6 +1,7 @@
 /*
  * publish.c -- CRC-32C and the Python functions of the publish-path encoder
- * (layouts in publish.h): crc32c, records_size, encode_records.  The
+ * (layouts in publish.h): crc32c (crc32c_table: the table fallback, for the
+ * tests), records_size, encode_records.  The
  * pure-Python twin is nsqmp/diskqueue/pyencoder.py.
  *
  * encode_records writes every record of a batch into a writable buffer (the
@@ -133,6 +134,20 @@ py_crc32c(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(crc);
 }
 
+PyDoc_STRVAR(crc32c_table_doc,
+"crc32c_table(data, value=0, /)\n--\n\n"
+"crc32c() always through the portable table (the fallback without SSE4.2), for the tests.");
+
+static PyObject *
+py_crc32c_table(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    int saved = crc_hw;
+    crc_hw = 0;  /* single-threaded under the GIL; restored before returning */
+    PyObject *result = py_crc32c(NULL, args, nargs);
+    crc_hw = saved;
+    return result;
+}
+
 static int
 get_spans(PyObject *obj, Py_buffer *view)
 {
@@ -237,6 +252,7 @@ py_encode_records(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t n
 
 static PyMethodDef publish_functions[] = {
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, crc32c_doc},
+    {"crc32c_table", (PyCFunction)(void (*)(void))py_crc32c_table, METH_FASTCALL, crc32c_table_doc},
     {"records_size", (PyCFunction)(void (*)(void))py_records_size, METH_FASTCALL, records_size_doc},
     {"encode_records", (PyCFunction)(void (*)(void))py_encode_records, METH_FASTCALL, encode_records_doc},
     {NULL, NULL, 0, NULL},

@@ -74,6 +74,12 @@ def test_crc32c_equals_the_package(data, value):
 
 
 @FUZZ
+@given(st.binary(max_size=3000), st.integers(0, 0xFFFFFFFF))
+def test_the_table_fallback_equals_the_package(data, value):
+    assert native().crc32c_table(data, value) == crc32c_package.crc32c(data, value)
+
+
+@FUZZ
 @given(st.binary(max_size=600), st.integers(0, 600))
 def test_crc32c_continues(data, cut):
     cut = min(cut, len(data))
@@ -90,6 +96,7 @@ def test_crc32c_known_values_and_every_alignment():
         for length in (0, 1, 7, 8, 9, 63, 64, 65, 4096):
             chunk = data[start:start + length]
             assert n.crc32c(chunk) == crc32c_package.crc32c(chunk)
+            assert n.crc32c_table(chunk) == crc32c_package.crc32c(chunk)
     assert n.CRC32C_HARDWARE in (0, 1)
 
 

@@ -5,8 +5,9 @@ setup(
     ext_modules=[
         Extension(
             "nsqmp._native",
-            sources=["native/module.c", "native/ring.c", "native/heap.c", "native/parser.c"],
-            depends=["native/ring.h", "native/heap.h", "native/parser.h"],
+            sources=["native/module.c", "native/ring.c", "native/heap.c", "native/parser.c",
+                     "native/publish.c"],
+            depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h"],
             include_dirs=["native"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
         )

@@ -76,3 +76,17 @@ def split_mpub(
 def mpub_spans(
     buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
 ) -> tuple[bytes | None, tuple[str, str] | None]: ...
+
+CRC32C_HARDWARE: int
+
+def crc32c(data: Buffer, value: int = 0, /) -> int:
+    """CRC-32C of data, continuing from value (the crc32c package's value); see native/publish.h."""
+
+def crc32c_table(data: Buffer, value: int = 0, /) -> int:
+    """crc32c() through the portable table even where SSE4.2 is used (for the tests)."""
+
+def records_size(spans: Buffer, deferred: bool, /) -> int: ...
+def encode_records(
+    dst: Buffer, dst_pos: int, src: Buffer, spans: Buffer, ts_ns: int, first_id: int, due_ns: int, /
+) -> int:
+    """Segment records of every span of src, written into dst at dst_pos; see native/publish.h."""

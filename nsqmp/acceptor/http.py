@@ -18,11 +18,12 @@ import orjson
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.config.options import DURATION, OPTIONS_BY_ATTR
+from nsqmp.diskqueue.encoder import SPAN, spans_of
 from nsqmp.memstats import FIELDS as MEMORY_FIELDS
 from nsqmp.config.options import parse_address
 from nsqmp.golog import LEVELS
 from nsqmp.protocol.names import is_valid_name
-from nsqmp.protocol.parser import split_mpub
+from nsqmp.protocol.parser import mpub_spans
 
 log = logging.getLogger("nsqmp.acceptor")
 
@@ -207,9 +208,10 @@ async def h_info(server, req: Request):
     }), _JSON
 
 
-def _publish(server, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
+def _publish(server, topic: bytes, src: bytes, spans: bytes, defer_ms: int = 0) -> None:
+    """Publish the bodies at these spans of src (see Publisher.publish_spans)."""
     try:
-        server.publisher.publish(topic, bodies, defer_ms)
+        server.publisher.publish_spans(topic, src, spans, defer_ms)
     except TopicFull:
         raise HttpError(503, "TOPIC_FULL") from None
     except OSError as exc:
@@ -237,7 +239,7 @@ async def h_pub(server, req: Request):
         defer_ms = int(raw)
         if not 0 <= defer_ms <= int(server.opts.max_req_timeout * 1000):
             raise HttpError(400, "INVALID_DEFER")
-    _publish(server, topic, [req.body], defer_ms)
+    _publish(server, topic, req.body, SPAN.pack(0, len(req.body)), defer_ms)
     return 200, b"OK", _TEXT
 
 
@@ -250,17 +252,18 @@ async def h_mpub(server, req: Request):
     topic = _topic(req)
     binary = req.query.get("binary", "false") not in ("false", "0")
     if binary:
-        split, bad = split_mpub(req.body, 0, len(req.body), opts.max_msg_size, opts.max_body_size)
-        if split is None:
+        spans, bad = mpub_spans(req.body, 0, len(req.body), opts.max_msg_size, opts.max_body_size)
+        if spans is None:
             raise HttpError(413, bad[0][2:])  # E_BAD_BODY -> BAD_BODY, as nsqd's /mpub
-        bodies = split
+        src = req.body
     else:
         bodies = [line for line in req.body.split(b"\n") if line]
         for line in bodies:
             if len(line) > opts.max_msg_size:
                 raise HttpError(413, "MSG_TOO_BIG")
-    if bodies:
-        _publish(server, topic, bodies)
+        src, spans = spans_of(bodies)
+    if spans:
+        _publish(server, topic, src, spans)
     else:  # an empty text body publishes nothing and is OK; nsqd has made the topic by then
         await _admin(server, {"op": "topic_create", "topic": topic.decode()})
     return 200, b"OK", _TEXT

@@ -2,22 +2,29 @@
 
 Stamp IDs and the timestamp, append the batch to this acceptor's segment for the topic
 (single writer, no lock), then queue a PUBLISH descriptor for the topic's router. The
+records are encoded once, in C (nsqmp.diskqueue.encoder), from the bodies' spans in the
+read buffer into the PUBLISH record; the segment gets a copy of those bytes. The
 caller answers OK as soon as append() returns: the messages are in a file's pages.
 """
 from __future__ import annotations
 
 import time
 import zlib
+from typing import TYPE_CHECKING
 
+from nsqmp.diskqueue.encoder import encode_records, records_size, spans_of
 from nsqmp.diskqueue.layout import topic_dir
-from nsqmp.diskqueue.segment import RECORD_HEAD, SegmentWriter, encode
+from nsqmp.diskqueue.segment import RECORD_HEAD, SegmentWriter
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Endpoint, Plan
-from nsqmp.protocol.frames import MESSAGE_HEADER
-from nsqmp.protocol.ids import IdGenerator, hex_id
+from nsqmp.protocol.ids import IdGenerator
 from nsqmp.protocol.names import is_ephemeral
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 _MAX_IDS = 4096
+_LENGTH = 0x7FFFFFFF
 
 
 class TopicFull(Exception):
@@ -44,52 +51,74 @@ class Publisher:
         self.max_chunk = plan.ring_capacity // 4 - 512
 
     def publish(self, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
+        """publish_spans() for bodies held as separate bytes objects (HTTP text /mpub, tools)."""
+        src, spans = spans_of(bodies)
+        self.publish_spans(topic, src, spans, defer_ms)
+
+    def publish_spans(self, topic: bytes, src: Buffer, spans: Buffer, defer_ms: int = 0) -> None:
         """Persist and hand off a batch; raises OSError if the segment cannot be written.
 
+        The bodies are spans of src (packed u32 offset/size pairs, as ``mpub_spans``
+        gives them): the encoder (native/publish.h) writes every segment record, IDs,
+        timestamp and CRC-32C included, straight from src into the PUBLISH record, and
+        the segment gets one copy of those bytes. No Python object per message.
         defer_ms > 0 (DPUB, /pub?defer=) stores the due time with each message.
         """
         if topic in self.full_topics:
             raise TopicFull()
         ts = time.time_ns()
         due = ts + defer_ms * 1_000_000 if defer_ms > 0 else 0
-        pack = MESSAGE_HEADER.pack
-        payloads: list[bytes] = []
-        for start in range(0, len(bodies), _MAX_IDS):
-            chunk = bodies[start:start + _MAX_IDS]
-            first = self.ids.next_block(len(chunk))
-            payloads += [pack(ts, 0, hex_id(first + k)) + body for k, body in enumerate(chunk)]
-        blob = encode(payloads, due)
-        if is_ephemeral(topic):
-            # never touches the disk: the router holds it in memory, bounded by mem-queue-size
-            self._hand_off(topic, records.MEMORY_ONLY, 0, payloads, blob, due)
-            return
-        writer = self.writers.get(topic)
-        if writer is None:
-            writer = SegmentWriter(
-                topic_dir(self.data_path, topic.decode()), self.index,
-                self.opts.max_bytes_per_file, self.opts.sync_every,
-            )
-            self.writers[topic] = writer
-        seq, offset = writer.append(blob)
-        self._hand_off(topic, seq, offset, payloads, blob, due)
+        span_view = memoryview(spans).cast("B")
+        count = len(span_view) // 8
+        head = records.PUBLISH_HEAD.size + len(topic)
+        rec = bytearray(head + records_size(span_view, due != 0))
+        pos = head
+        for start in range(0, count, _MAX_IDS):
+            n = min(_MAX_IDS, count - start)
+            first = self.ids.next_block(n)
+            pos += encode_records(rec, pos, src, span_view[8 * start:8 * (start + n)], ts, first, due)
+        with memoryview(rec) as view:
+            blob = view[head:]
+            if is_ephemeral(topic):
+                # never touches the disk: the router holds it in memory, bounded by mem-queue-size
+                seq, offset = records.MEMORY_ONLY, 0
+            else:
+                writer = self.writers.get(topic)
+                if writer is None:
+                    writer = SegmentWriter(
+                        topic_dir(self.data_path, topic.decode()), self.index,
+                        self.opts.max_bytes_per_file, self.opts.sync_every,
+                    )
+                    self.writers[topic] = writer
+                seq, offset = writer.append(blob)
+            if len(blob) > self.max_chunk:
+                self._hand_off_pieces(topic, seq, offset, blob)
+                blob.release()
+                return
+            blob.release()
+        records.PUBLISH_HEAD.pack_into(rec, 0, records.PUBLISH, self.index, seq, offset, count, len(topic))
+        rec[records.PUBLISH_HEAD.size:head] = topic
+        self.endpoint.send(self._router_slot(topic), rec)
 
-    def _hand_off(self, topic: bytes, seq: int, offset: int, payloads: list[bytes], blob: bytes,
-                  due: int) -> None:
-        dst = self.plan.router_slot(router_for(topic, self.plan.routers))
-        if len(blob) <= self.max_chunk:
-            self.endpoint.send(dst, records.publish(self.index, seq, offset, len(payloads), topic, blob))
-            return
-        # a batch bigger than one ring record travels as several descriptors
-        start = 0
-        while start < len(payloads):
-            size, end = 0, start
-            while end < len(payloads) and (end == start or size + len(payloads[end]) + 8 <= self.max_chunk):
-                size += len(payloads[end]) + RECORD_HEAD.size
-                end += 1
-            piece = encode(payloads[start:end], due)
-            self.endpoint.send(dst, records.publish(self.index, seq, offset, end - start, topic, piece))
-            offset += len(piece)
-            start = end
+    def _router_slot(self, topic: bytes) -> int:
+        return self.plan.router_slot(router_for(topic, self.plan.routers))
+
+    def _hand_off_pieces(self, topic: bytes, seq: int, offset: int, blob: memoryview) -> None:
+        """A batch bigger than one ring record travels as several descriptors (rare: a big MPUB)."""
+        dst = self._router_slot(topic)
+        unpack = RECORD_HEAD.unpack_from
+        start, end = 0, len(blob)
+        while start < end:
+            stop, n = start, 0
+            while stop < end:
+                size = RECORD_HEAD.size + (unpack(blob, stop)[0] & _LENGTH)
+                if n and stop + size - start > self.max_chunk:
+                    break
+                stop += size
+                n += 1
+            self.endpoint.send(dst, records.publish(self.index, seq, offset + start, n, topic,
+                                                    bytes(blob[start:stop])))
+            start = stop
 
     def forget(self, topic: bytes) -> None:
         """The topic was deleted: close its writer (a later publish starts a new directory)."""

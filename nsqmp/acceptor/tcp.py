@@ -25,13 +25,14 @@ from nsqmp.acceptor.identify import ClientSettings, IdentifyError, negotiate, re
 from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.ipc import records
 from nsqmp.protocol import errors as E
+from nsqmp.diskqueue.encoder import SPAN
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.frames import (
     CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, MAGIC_V2, OK_FRAME, error, response as response_frame,
 )
 from nsqmp.protocol.names import is_valid_name
 from nsqmp.protocol.parser import (
-    BODY_INVALID, BODY_PENDING, SCAN_LINE_TOO_LONG, SCAN_MORE, split_mpub,
+    BODY_INVALID, BODY_PENDING, SCAN_LINE_TOO_LONG, SCAN_MORE, mpub_spans,
 )
 
 log = logging.getLogger("nsqmp.acceptor")
@@ -405,9 +406,9 @@ class V2Connection(asyncio.Protocol):
         topic = params[1]
         if not is_valid_name(topic):
             raise FatalClientError(E.E_BAD_TOPIC, f"PUB topic name {_q(topic)} is not valid")
-        body = self._body(params, body_off, body_len)
+        self._body_ready(params, body_off, body_len)
         self._check_auth("PUB", topic, b"")
-        self._publish(topic, [body], E.E_PUB_FAILED, "PUB")
+        self._publish(topic, SPAN.pack(body_off, body_len), E.E_PUB_FAILED, "PUB")
 
     def cmd_mpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 2:
@@ -420,11 +421,12 @@ class V2Connection(asyncio.Protocol):
             # nsqd reads the messages from the stream: those complete before the end still count
             body_off, body_len = self._body_so_far()
         self._body_ready(params, body_off, body_len)
-        # split straight out of the read buffer: no copy of the whole body first
-        bodies, bad = split_mpub(self.buf, body_off, body_len, self.opts.max_msg_size, self.opts.max_body_size)
-        if bodies is None:
+        # checked and split straight out of the read buffer (all or nothing): the encoder
+        # reads each body where it is, no copy per message
+        spans, bad = mpub_spans(self.buf, body_off, body_len, self.opts.max_msg_size, self.opts.max_body_size)
+        if spans is None:
             raise FatalClientError(*bad)
-        self._publish(topic, bodies, E.E_MPUB_FAILED, "MPUB")
+        self._publish(topic, spans, E.E_MPUB_FAILED, "MPUB")
 
     def cmd_dpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 3:
@@ -439,13 +441,14 @@ class V2Connection(asyncio.Protocol):
         max_ms = int(self.opts.max_req_timeout * 1000)
         if defer_ms > max_ms:
             raise FatalClientError(E.E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
-        body = self._body(params, body_off, body_len)
+        self._body_ready(params, body_off, body_len)
         self._check_auth("DPUB", topic, b"")
-        self._publish(topic, [body], E.E_DPUB_FAILED, "DPUB", defer_ms)
+        self._publish(topic, SPAN.pack(body_off, body_len), E.E_DPUB_FAILED, "DPUB", defer_ms)
 
-    def _publish(self, topic: bytes, bodies: list[bytes], code: str, cmd: str, defer_ms: int = 0) -> None:
+    def _publish(self, topic: bytes, spans: bytes, code: str, cmd: str, defer_ms: int = 0) -> None:
+        """Publish the bodies at these spans of the read buffer (see Publisher.publish_spans)."""
         try:
-            self.server.publisher.publish(topic, bodies, defer_ms)
+            self.server.publisher.publish_spans(topic, self.buf, spans, defer_ms)
         except TopicFull:
             raise FatalClientError(code, f"{cmd} failed topic full") from None
         except OSError as exc:
@@ -453,7 +456,7 @@ class V2Connection(asyncio.Protocol):
             self.server.health_error(exc)
             raise FatalClientError(code, f"{cmd} failed {exc.strerror or exc}") from None
         self.server.health_ok()
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(bodies)
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(spans) // SPAN.size
         self.server.producers.changed()
         self.write(OK_FRAME)
         self.server.apply_backpressure(self)

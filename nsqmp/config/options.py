@@ -799,12 +799,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "sync-every", INT, 2500,
-        "Appends (a PUB, or a whole MPUB) to a segment file between msyncs of it.",
+        "Appends (a PUB, or a whole MPUB) to a segment file between syncs (fdatasync) of it.",
         section="storage", check=at_least(1),
     ),
     Option(
         "sync-timeout", DURATION, "2s",
-        "Longest time between msyncs of segment files and ack logs while there is activity.",
+        "Longest time between syncs of segment files and ack logs while there is activity.",
         section="storage", check=positive,
     ),
     Option(

@@ -124,7 +124,7 @@ class Endpoint:
         self._schedule = schedule
 
     # -- sending -------------------------------------------------------------
-    def send(self, dst: int, record: bytes) -> None:
+    def send(self, dst: int, record: bytes | bytearray) -> None:
         self._pending[dst].append(record)
         if not self._flush_scheduled and self._schedule is not None:
             self._flush_scheduled = True

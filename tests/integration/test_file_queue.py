@@ -54,6 +54,8 @@ def test_channel_past_its_memory_share_gets_everything(make_broker):
         c.sub("deep", "b")
     sent = publish(broker, "deep", 3000)
     for name in ("a", "b"):
+        # OK comes once the batch is in the file; the router adopts it just after
+        wait_for(lambda: channel_stats(broker, "deep", name)["depth"] == len(sent), what="adopted")
         st = channel_stats(broker, "deep", name)
         assert st["depth"] == len(sent) and st["message_count"] == len(sent)
         assert 0 < st["backend_depth"] < len(sent)  # most of it is still in the files
@@ -70,6 +72,7 @@ def test_channel_past_its_memory_share_gets_everything(make_broker):
 def test_backlog_before_any_channel_goes_to_the_first(make_broker):
     broker = make_broker(*BOUND)
     sent = publish(broker, "early", 2000)
+    wait_for(lambda: broker.stats(topic="early")["topics"][0]["depth"] == len(sent), what="adopted")
     t = broker.stats(topic="early")["topics"][0]
     assert t["depth"] == len(sent) and t["backend_depth"] > 0
     got = drain(broker, "early", "first", len(sent))

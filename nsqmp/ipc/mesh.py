@@ -108,7 +108,7 @@ class Endpoint:
             self.out[dst] = self._attach(name)
         for src, name in plan.inbound(slot).items():
             self.inp[src] = self._attach(name)
-        self._pending: dict[int, list[bytes]] = {dst: [] for dst in self.out}
+        self._pending: dict[int, list[bytes | bytearray]] = {dst: [] for dst in self.out}
         self._blocked: set[int] = set()
         self._flush_scheduled = False
         self._schedule: Callable[[Callable[[], None]], object] | None = None

@@ -70,7 +70,11 @@ def rescan_acceptor(router, acceptor: int) -> int:
         for seq in seqs:
             seg = topic.segment(acceptor, seq)
             msgs, nbytes = [], 0
-            for offset, payload, due in scan(seg.path):
+            # the acceptor's new incarnation may be appending to its newest file right now:
+            # a record half copied reads as damage, and resyncing past it to a later whole
+            # record would move the mark over it, so that neither this scan nor its
+            # PUBLISH descriptor ever adopts it. Stop there; the descriptor brings the rest.
+            for offset, payload, due in scan(seg.path, resync=seq != seqs[-1]):
                 if (seq, offset) <= last:
                     continue
                 msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset), due))

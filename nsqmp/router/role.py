@@ -161,12 +161,13 @@ class Router(Role):
             return
         seg = topic.segment(acceptor, seq) if durable else None
         blob = pos + tlen
+        span_end = offset + len(rec) - blob  # the batch's records are [offset, span_end) of seg
         lazy: list[Channel] = []  # channels that take this batch as a file range
         if (durable and topic.held is None and not topic.paused and len(rec) > blob + 3 and (seq, offset) > last
                 and not rec[blob + 3] & 0x80):  # the whole batch is new, not deferred, not held
             lazy = self._lazy(topic)
             if len(lazy) == max(1, len(topic.channels)):
-                self._adopt_range(topic, seg, offset, offset + len(rec) - blob, count)
+                self._adopt_range(topic, seg, offset, span_end, count)
                 if self.opts.max_topic_bytes:
                     self.check_cap(topic)
                 return
@@ -187,7 +188,7 @@ class Router(Role):
             return
         if seg is not None:
             topic.count_bytes(seg, added)
-        self._adopt(topic, msgs, nbytes, lazy, (seg, offset, offset + len(rec) - blob, count))
+        self._adopt(topic, msgs, nbytes, lazy, (seg, offset, span_end, count))
         if seg is not None and self.opts.max_topic_bytes:
             self.check_cap(topic)
 
@@ -209,11 +210,17 @@ class Router(Role):
         topic.count_bytes(seg, size)
         topic.message_count += count
         topic.message_bytes += size - count * 34  # record head 8 + timestamp, attempts, id 26
-        if not topic.channels:
+        self._queue_range(topic, (seg, start, end, count), list(topic.channels.values()))
+
+    def _queue_range(self, topic: Topic, span: tuple, channels: list) -> None:
+        """The records of span (segment, start, end, count) wait in the file: in each of
+        these channels' file queues, or in the topic's own when there is no channel."""
+        seg, start, end, count = span
+        if not channels:
             topic.backlog_pending.add(seg, start, end, count)
             seg.refs += count
             return
-        for ch in topic.channels.values():
+        for ch in channels:
             ch.pending.add(seg, start, end, count)
             seg.refs += count
             ch.message_count += count
@@ -317,16 +324,9 @@ class Router(Role):
         topic.message_bytes += nbytes
         channels = list(topic.channels.values())
         if lazy and span is not None and not topic.paused:
-            seg, start, end, count = span
-            if not channels or topic.paused:  # held at the topic, as nsqd's topic messagePump
-                topic.backlog_pending.add(seg, start, end, count)
-                seg.refs += count
+            self._queue_range(topic, span, [ch for ch in lazy if ch is not None])
+            if not channels:
                 return
-            for ch in lazy:
-                ch.pending.add(seg, start, end, count)
-                seg.refs += count
-                ch.message_count += count
-                self._mark(ch)
             channels = [ch for ch in channels if ch not in lazy]
         if not channels or topic.paused:  # held at the topic, as nsqd's topic messagePump
             if topic.ephemeral:

@@ -18,11 +18,30 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Container, Iterable, Iterator
 
 FILE = "acks.log"
 ENTRY = struct.Struct("<HHIQ")
+_SEGMENT = struct.Struct("<2xHI8x")  # (acceptor, seq) of an entry
 _GROW = 1 << 20
+
+
+def pack(entries: Iterable[tuple[int, int, int, int]]) -> bytes:
+    """Entries as append() takes them."""
+    return b"".join([ENTRY.pack(*e) for e in entries])
+
+
+def _written(data: bytes | mmap.mmap) -> int:
+    """Entries before the first all-zero one. What was written is a prefix of the file
+    (channel id 0 never exists, and the rest of the file is zeros): a binary search."""
+    lo, hi = 0, len(data) // ENTRY.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if data[mid * ENTRY.size:mid * ENTRY.size + 2] == b"\0\0":
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def read(topic_dir: str) -> Iterator[tuple[int, int, int, int]]:
@@ -45,20 +64,19 @@ class AckLog:
         os.makedirs(topic_dir, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         size = os.fstat(self._fd).st_size
-        count = sum(1 for _ in read(topic_dir))
-        self.pos = count * ENTRY.size
         self._size = max(size, _GROW)
         if size < self._size:
             os.posix_fallocate(self._fd, size, self._size - size)
         self._map = mmap.mmap(self._fd, self._size)
+        self.pos = _written(self._map) * ENTRY.size
         self._dirty = False
 
     @property
     def entries(self) -> int:
         return self.pos // ENTRY.size
 
-    def append(self, entries: list[tuple[int, int, int, int]]) -> None:
-        data = b"".join([ENTRY.pack(*e) for e in entries])
+    def append(self, data: bytes | bytearray) -> None:
+        """Packed entries (ENTRY each; see pack())."""
         end = self.pos + len(data)
         if end > self._size:
             new = max(self._size * 2, end + _GROW)
@@ -74,18 +92,21 @@ class AckLog:
             self._map.flush()
             self._dirty = False
 
-    def compact(self, keep: Callable[[int, int, int, int], bool]) -> int:
-        """Rewrite the log with the entries keep() accepts; returns how many were kept."""
-        live = [e for e in ENTRY.iter_unpack(self._map[:self.pos]) if keep(*e)]
+    def compact(self, live: Container[tuple[int, int]]) -> int:
+        """Rewrite the log with only the entries of segments in live ((acceptor, seq)
+        pairs); returns how many were kept."""
+        data = self._map[:self.pos]
+        size = ENTRY.size
+        kept = [k for k, seg in enumerate(_SEGMENT.iter_unpack(data)) if seg in live]
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(b"".join(ENTRY.pack(*e) for e in live))
+            f.write(b"".join([data[k * size:(k + 1) * size] for k in kept]))
             f.flush()
             os.fsync(f.fileno())
         self.close()
         os.rename(tmp, self.path)
         self.__init__(os.path.dirname(self.path))  # type: ignore[misc]
-        return len(live)
+        return len(kept)
 
     def close(self) -> None:
         if self._map is not None:

@@ -13,6 +13,7 @@ import time
 from collections import deque
 
 from nsqmp.diskqueue import meta as metafile
+from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.diskqueue.acklog import AckLog
 from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
@@ -47,7 +48,7 @@ class Topic:
         # was already recovered from the files
         self.hwm: dict[int, tuple[int, int]] = {}
         self.acklog: AckLog | None = None
-        self.acks: list[tuple[int, int, int, int]] = []  # FINs not yet appended to the log
+        self.acks = bytearray()  # FINs not yet appended to the log (packed acklog entries)
         self.acks_kept = 0  # entries the last compaction of the log kept
         self.deleted_since_compact = 0  # segment files deleted since (their entries are dead)
         self.channels: dict[bytes, Channel] = {}
@@ -160,7 +161,7 @@ class Topic:
 
     def ack(self, ch: Channel, seg: Segment, offset: int) -> None:
         if ch.id:
-            self.acks.append((ch.id, seg.acceptor, seg.seq, offset))
+            self.acks += ACK.pack(ch.id, seg.acceptor, seg.seq, offset)
 
     def flush_acks(self) -> None:
         if not self.acks:
@@ -171,9 +172,10 @@ class Topic:
             self.acklog.append(self.acks)
         except OSError as exc:
             # kept for the next try: until then a restart would deliver these again
-            log.error("cannot append %d acknowledgements of %s: %s", len(self.acks), self.name.decode(), exc)
+            log.error("cannot append %d acknowledgements of %s: %s", len(self.acks) // ACK.size,
+                      self.name.decode(), exc)
             return
-        self.acks = []
+        self.acks = bytearray()
 
     def sync(self) -> None:
         self.flush_acks()
@@ -184,7 +186,7 @@ class Topic:
             if self.deleted_since_compact and self.acklog.entries > max(100_000, 2 * self.acks_kept):
                 self.deleted_since_compact = 0
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
-                self.acks_kept = self.acklog.compact(lambda c, a, q, o: (a, q) in live)
+                self.acks_kept = self.acklog.compact(live)
 
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
     CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")

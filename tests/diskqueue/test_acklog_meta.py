@@ -9,16 +9,16 @@ from nsqmp.diskqueue.layout import list_topics, topic_dir
 
 def test_acklog_appends_reopens_and_compacts(tmp_path):
     log = acklog.AckLog(str(tmp_path))
-    log.append([(1, 0, 5, 64), (2, 1, 5, 128)])
-    log.append([(1, 0, 6, 64)])
+    log.append(acklog.pack([(1, 0, 5, 64), (2, 1, 5, 128)]))
+    log.append(acklog.pack([(1, 0, 6, 64)]))
     log.close()
     assert list(acklog.read(str(tmp_path))) == [(1, 0, 5, 64), (2, 1, 5, 128), (1, 0, 6, 64)]
     log = acklog.AckLog(str(tmp_path))
     assert log.entries == 3
-    log.append([(3, 0, 6, 99)])
-    kept = log.compact(lambda c, a, q, o: q == 6)
+    log.append(acklog.pack([(3, 0, 6, 99)]))
+    kept = log.compact({(0, 6)})
     assert kept == 2
-    log.append([(1, 0, 7, 1)])
+    log.append(acklog.pack([(1, 0, 7, 1)]))
     log.close()
     assert list(acklog.read(str(tmp_path))) == [(1, 0, 6, 64), (3, 0, 6, 99), (1, 0, 7, 1)]
 

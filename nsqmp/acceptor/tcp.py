@@ -38,6 +38,9 @@ from nsqmp.protocol.parser import (
 log = logging.getLogger("nsqmp.acceptor")
 
 STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
+# FINs a connection sends in one tick travel to the router as one FIN record of up to this
+# many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
+_FIN_RECORD_MAX = records.CONN.size + 16 * 512
 Params = tuple[bytes, ...]  # a command line split on single spaces; [0] is the token
 
 
@@ -62,6 +65,7 @@ class V2Connection(asyncio.Protocol):
         self.topic: bytes = b""
         self.channel: bytes = b""
         self.router = -1
+        self._fins = bytearray()  # the FIN record this tick's FINs are added to
         self.rdy = 0
         self.remote = ""
         self.connect_ts = int(time.time())
@@ -652,7 +656,12 @@ class V2Connection(asyncio.Protocol):
 
     def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
         msg_id = self._message_command(params, "FIN", 2)
-        self.server.endpoint.send(self.router, records.CONN_ID.pack(records.FIN, self.conn, msg_id))
+        ep = self.server.endpoint
+        # while it is still the last record queued for the router (nothing of this or any
+        # other connection came after it), the tick's FIN record takes this ID too
+        if not ep.extend_last(self.router, self._fins, msg_id, _FIN_RECORD_MAX):
+            self._fins = bytearray(records.CONN_ID.pack(records.FIN, self.conn, msg_id))
+            ep.send(self.router, self._fins)
 
     def _message_command(self, params, cmd: str, min_params: int) -> bytes:
         """State and parameter checks shared by FIN, REQ and TOUCH; returns the ID."""

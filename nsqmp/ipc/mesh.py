@@ -130,6 +130,16 @@ class Endpoint:
             self._flush_scheduled = True
             self._schedule(self.flush)
 
+    def extend_last(self, dst: int, record: bytearray, extra: bytes, limit: int) -> bool:
+        """Grow `record` by `extra` in place if it is still the last record queued for dst
+        and stays within `limit` bytes (a record coalescing commands, such as FIN); False
+        when the caller must send a new record instead."""
+        pending = self._pending[dst]
+        if not pending or pending[-1] is not record or len(record) + len(extra) > limit:
+            return False
+        record += extra
+        return True
+
     @property
     def backlog(self) -> int:
         """Records queued locally because a ring was full.

@@ -7,7 +7,7 @@ followed by at most one variable part. Layouts, by kind::
     PUBLISH  | kind u8 | seg_acceptor u16 | seg_seq u32 | offset u64 | count u32 | topic_len u8 | topic | segment records ...
     SUB      | kind | conn u64 | topic_len u8 | topic | channel_len u8 | channel | client info (JSON)
     RDY      | kind | conn u64 | count u32
-    FIN      | kind | conn u64 | id 16
+    FIN      | kind | conn u64 | n x id 16            (one connection's FINs, in order)
     REQ      | kind | conn u64 | delay_ms u32 | id 16
     TOUCH    | kind | conn u64 | id 16
     CLS      | kind | conn u64

@@ -14,6 +14,7 @@ from array import array
 import orjson
 
 from nsqmp import memstats
+from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import message_frame
@@ -543,24 +544,57 @@ class Router(Role):
         self._mark(c.channel)
 
     def on_fin(self, src: int, rec: bytes) -> None:
-        _, conn, msg_id = records.CONN_ID.unpack(rec)
-        inf = self._owned(conn, msg_id, "FIN")
-        if inf is None:
+        """FIN of one or more IDs: a connection's FINs of one tick, in the order sent."""
+        conn = records.CONN.unpack_from(rec)[1]
+        c = self.consumers.get(conn)
+        ids = range(records.CONN.size, len(rec), 16)
+        if c is None:
+            for pos in ids:
+                self._owned(conn, rec[pos:pos + 16], "FIN")  # each gets its E_FIN_FAILED
             return
-        self._take(inf)
-        inf.consumer.finish_count += 1
-        m = inf.message
-        e2e = inf.consumer.channel.e2e
-        if e2e is not None:
-            e2e.insert(time.time_ns() - m.ts)
-        if m.segment is not None:
-            topic = inf.consumer.channel.topic
-            topic.ack(inf.consumer.channel, m.segment, m.offset)
-            topic.release(m.segment)
+        ch = c.channel
+        topic = ch.topic
+        in_flight, held, tokens, disarm = ch.in_flight, c.held, self.tokens, self._disarms.append
+        e2e = ch.e2e
+        now = time.time_ns() if e2e is not None else 0
+        acks = topic.acks if ch.id else None
+        ack = ACK.pack
+        done = 0
+        seg_run, run = None, 0  # consecutive FINs of one file release its refs together
+        for pos in ids:
+            msg_id = rec[pos:pos + 16]
+            inf = in_flight.get(msg_id)
+            if inf is None or inf.consumer is not c:
+                self._owned(conn, msg_id, "FIN")
+                continue
+            del in_flight[msg_id]
+            held.pop(msg_id, None)
+            tokens.pop(inf.token, None)
+            disarm(inf.token)
+            done += 1
+            m = inf.message
+            if e2e is not None:
+                e2e.insert(now - m.ts)
+            seg = m.segment
+            if seg is None:
+                continue
+            if acks is not None:
+                acks += ack(ch.id, seg.acceptor, seg.seq, m.offset)
+            if seg is not seg_run:
+                if run:
+                    topic.release(seg_run, run)
+                seg_run, run = seg, 0
+            run += 1
+        if not done:
+            return
+        c.in_flight -= done
+        c.finish_count += done
+        self._mark(ch)
+        if seg_run is not None:
+            topic.release(seg_run, run)
             if topic.full:
                 self.check_cap(topic)
             self._acks_pending.add(topic)
-            self._flush_timer_soon()
 
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""

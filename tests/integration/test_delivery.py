@@ -222,3 +222,23 @@ def test_no_error_frames_leak(broker):
     assert frame.data.startswith(b"E_FIN_FAILED")
     c.pub("dup", b"after")
     c.close()
+
+
+def test_pipelined_fins_with_a_bad_id_among_them(broker):
+    """FINs sent in one write reach the router as one record: each good ID is finished,
+    the bad one alone gets E_FIN_FAILED, in its place, and the connection stays open."""
+    c = consumer(broker, "pipelined", "ch", rdy=3)
+    with Connection.connect(broker.tcp_address) as p:
+        p.mpub("pipelined", [b"a", b"b", b"c"])
+    ids = [c.read_message().id for _ in range(3)]
+    c.send(wire.fin(ids[0]) + wire.fin(b"0123456789abcdef") + wire.fin(ids[1]) + wire.fin(ids[1])
+           + wire.fin(ids[2]))
+    errors = [c.read_frame().data for _ in range(2)]
+    assert errors == [b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight",
+                      b"E_FIN_FAILED FIN " + ids[1] + b" failed ID not in flight"]
+    wait_for(lambda: channel_stats(broker, "pipelined", "ch")["in_flight_count"] == 0, what="all finished")
+    stats = channel_stats(broker, "pipelined", "ch")
+    assert stats["clients"][0]["finish_count"] == 3
+    assert stats["depth"] == 0
+    c.pub("pipelined", b"still open")
+    c.close()

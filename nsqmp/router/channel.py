@@ -39,21 +39,37 @@ class Consumer:
     finish_count: int = 0
     requeue_count: int = 0
     closing: bool = False
-    held: dict = field(default_factory=dict)  # message id -> InFlight: what it has in flight
+    flights: dict = field(default_factory=dict)  # token -> Flight: what it has in flight
 
     @property
     def credit(self) -> int:
         return 0 if self.closing else self.rdy - self.in_flight
 
 
-@dataclass(slots=True)
-class InFlight:
+@dataclass(slots=True, eq=False)
+class Flight:
+    """The messages one delivery pass handed to one consumer: one deadline, one timer entry.
+
+    A message leaves its flight when it is finished, requeued or touched (a TOUCH gives it
+    a flight of its own); the timer entry is disarmed when the last one has left, and the
+    flight's messages still in it time out together when it fires.
+    """
     token: int
-    message: Message
-    attempts: int
     consumer: Consumer
     deadline: int  # CLOCK_MONOTONIC ns
-    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves the deadline past delivered + max-msg-timeout
+    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
+    live: int = 0  # members still in this flight
+    members: list = field(default_factory=list)  # InFlight (those with .flight is self are live)
+
+    def alive(self) -> list:
+        return [inf for inf in self.members if inf.flight is self]
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    message: Message
+    attempts: int
+    flight: Flight | None  # None once it has left (finished, requeued, timed out)
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import message_frame
-from nsqmp.router.channel import Channel, Consumer, Deferred, InFlight, Message
+from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, InFlight, Message
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
@@ -38,7 +38,7 @@ class Router(Role):
         self.title = f"nsqmp router {index}"
         self.topics: dict[bytes, Topic] = {}
         self.consumers: dict[int, Consumer] = {}
-        self.tokens: dict[int, InFlight | Deferred] = {}  # every deadline the timer holds for us
+        self.tokens: dict[int, Flight | Deferred] = {}  # every deadline the timer holds for us
         # tokens carry the incarnation so a timer entry of a dead router never matches ours
         self._token_seq = itertools.count((generation & 0xFFFFFF) << 40 | 1)
         self._dirty: set[Channel] = set()
@@ -95,6 +95,11 @@ class Router(Role):
     def _periodic_sync(self) -> None:
         for topic in self.topics.values():
             topic.sync()
+        # a flight keeps its members until the last leaves: drop those gone from big ones
+        for c in self.consumers.values():
+            for f in c.flights.values():
+                if len(f.members) > 64 and f.live * 4 < len(f.members):
+                    f.members = f.alive()
         if not self._stopping:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
@@ -473,12 +478,15 @@ class Router(Role):
         self.consumers.pop(c.conn, None)
         ch = c.channel
         ch.consumers.pop(c.conn, None)
-        mine = list(c.held.values())  # its own, not a walk of the channel's whole in-flight set
-        c.held.clear()
+        # its own flights, not a walk of the channel's whole in-flight set
+        mine = [inf for f in c.flights.values() for inf in f.members if inf.flight is f]
+        for token in c.flights:
+            self.tokens.pop(token, None)
+            self._disarms.append(token)
+        c.flights.clear()
         for inf in mine:
             del ch.in_flight[inf.message.id]
-            self.tokens.pop(inf.token, None)
-            self._disarms.append(inf.token)
+            inf.flight = None
             ch.ready.appendleft((inf.message, inf.attempts))
             ch.requeue_count += 1
         if mine:
@@ -504,19 +512,26 @@ class Router(Role):
         for m, _ in ch.ready:
             if m.segment is not None:
                 topic.release(m.segment)
-        for entry in list(ch.in_flight.values()) + list(ch.deferred.values()):
+        for entry in ch.deferred.values():
             self.tokens.pop(entry.token, None)
             self._disarms.append(entry.token)
             if entry.message.segment is not None:
                 topic.release(entry.message.segment)
+        for inf in ch.in_flight.values():
+            inf.flight = None
+            if inf.message.segment is not None:
+                topic.release(inf.message.segment)
         for seg, count in ch.pending.clear():
             topic.release(seg, count)
         ch.ready.clear()
         ch.in_flight.clear()
         ch.deferred.clear()
         for c in ch.consumers.values():
+            for token in c.flights:
+                self.tokens.pop(token, None)
+                self._disarms.append(token)
             c.in_flight = 0
-            c.held.clear()
+            c.flights.clear()
         self._flush_timer_soon()
 
     def _error(self, conn: int, fatal: bool, text: str) -> None:
@@ -527,21 +542,30 @@ class Router(Role):
         """The in-flight entry if this connection may FIN/REQ/TOUCH it, else a non-fatal error."""
         c = self.consumers.get(conn)
         inf = c.channel.in_flight.get(msg_id) if c is not None else None
-        if inf is not None and inf.consumer is c:
+        if inf is not None and inf.flight.consumer is c:
             return inf
         why = "ID not in flight" if inf is None else "client does not own message"
         self._error(conn, False, f"E_{cmd}_FAILED {cmd} {msg_id.decode(errors='replace')} failed {why}")
         return None
 
-    def _take(self, inf: InFlight) -> None:
-        """Remove an in-flight entry: it is no longer the consumer's, nor the timer's."""
-        c = inf.consumer
+    def _leave(self, inf: InFlight) -> None:
+        """inf leaves its flight; the flight's timer entry goes with its last member."""
+        f = inf.flight
+        inf.flight = None
+        f.live -= 1
+        if not f.live:
+            self.tokens.pop(f.token, None)
+            self._disarms.append(f.token)
+            f.consumer.flights.pop(f.token, None)
+
+    def _take(self, inf: InFlight) -> Consumer:
+        """Remove an in-flight entry (REQ): no longer the consumer's, nor the timer's."""
+        c = inf.flight.consumer
         del c.channel.in_flight[inf.message.id]
-        c.held.pop(inf.message.id, None)
-        self.tokens.pop(inf.token, None)
-        self._disarms.append(inf.token)
+        self._leave(inf)
         c.in_flight -= 1
         self._mark(c.channel)
+        return c
 
     def on_fin(self, src: int, rec: bytes) -> None:
         """FIN of one or more IDs: a connection's FINs of one tick, in the order sent."""
@@ -554,7 +578,7 @@ class Router(Role):
             return
         ch = c.channel
         topic = ch.topic
-        in_flight, held, tokens, disarm = ch.in_flight, c.held, self.tokens, self._disarms.append
+        in_flight, flights, tokens, disarm = ch.in_flight, c.flights, self.tokens, self._disarms.append
         e2e = ch.e2e
         now = time.time_ns() if e2e is not None else 0
         acks = topic.acks if ch.id else None
@@ -564,13 +588,17 @@ class Router(Role):
         for pos in ids:
             msg_id = rec[pos:pos + 16]
             inf = in_flight.get(msg_id)
-            if inf is None or inf.consumer is not c:
+            if inf is None or inf.flight.consumer is not c:
                 self._owned(conn, msg_id, "FIN")
                 continue
             del in_flight[msg_id]
-            held.pop(msg_id, None)
-            tokens.pop(inf.token, None)
-            disarm(inf.token)
+            f = inf.flight  # inf leaves it (self._leave, inline)
+            inf.flight = None
+            f.live -= 1
+            if not f.live:
+                del tokens[f.token]
+                disarm(f.token)
+                del flights[f.token]
             done += 1
             m = inf.message
             if e2e is not None:
@@ -602,8 +630,7 @@ class Router(Role):
         inf = self._owned(conn, msg_id, "REQ")
         if inf is None:
             return
-        self._take(inf)
-        c = inf.consumer
+        c = self._take(inf)
         c.requeue_count += 1
         ch = c.channel
         ch.requeue_count += 1
@@ -617,11 +644,17 @@ class Router(Role):
         inf = self._owned(conn, msg_id, "TOUCH")
         if inf is None:
             return
-        timeout = int(inf.consumer.info.get("msg_timeout", 60000)) * 1_000_000
-        cap = inf.delivered + int(self.opts.max_msg_timeout * 1e9)
-        inf.deadline = min(time.monotonic_ns() + timeout, cap)
-        self._arms.append(inf.token)
-        self._arms.append(inf.deadline)
+        f = inf.flight
+        c = f.consumer
+        timeout = int(c.info.get("msg_timeout", 60000)) * 1_000_000
+        deadline = min(time.monotonic_ns() + timeout, f.delivered + int(self.opts.max_msg_timeout * 1e9))
+        if f.live > 1:  # it leaves its delivery pass's flight for one of its own
+            self._leave(inf)
+            f = Flight(next(self._token_seq), c, deadline, f.delivered, 1, [inf])
+            inf.flight = c.flights[f.token] = self.tokens[f.token] = f
+        f.deadline = deadline
+        self._arms.append(f.token)  # a new entry, or the same one moved
+        self._arms.append(deadline)
         self._flush_timer_soon()
 
     # -- deadlines -------------------------------------------------------------------------
@@ -638,14 +671,20 @@ class Router(Role):
             if isinstance(entry, Deferred):
                 ch = entry.channel
                 del ch.deferred[token]
-            else:
+                ch.ready.append((entry.message, entry.attempts))
+            else:  # a flight: its members still in it time out together
                 c = entry.consumer
                 ch = c.channel
-                ch.in_flight.pop(entry.message.id, None)
-                c.held.pop(entry.message.id, None)
-                c.in_flight -= 1
-                ch.timeout_count += 1
-            ch.ready.append((entry.message, entry.attempts))
+                del c.flights[token]
+                in_flight, ready, n = ch.in_flight, ch.ready, 0
+                for inf in entry.members:
+                    if inf.flight is entry:
+                        inf.flight = None
+                        del in_flight[inf.message.id]
+                        ready.append((inf.message, inf.attempts))
+                        n += 1
+                c.in_flight -= n
+                ch.timeout_count += n
             if ch is not last:
                 touched.add(ch)
                 last = ch
@@ -715,17 +754,22 @@ class Router(Role):
                 if c.info.get("sample_rate"):
                     self._sample(ch, c)
                 n = min(c.credit, len(ready))
+                if n <= 0:
+                    break
                 add = out.setdefault(c.conn, []).append
-                held = c.held
+                # one flight (deadline, timer entry) for everything this pass hands c
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
+                flight = Flight(next_token(), c, deadline, now, n)
+                tokens[flight.token] = c.flights[flight.token] = flight
+                arm(flight.token)
+                arm(deadline)
+                member = flight.members.append
                 for _ in range(n):
                     m, attempts = ready.popleft()
                     attempts += 1
-                    token = next_token()
-                    inf = InFlight(token, m, attempts, c, deadline, now)
-                    in_flight[m.id] = held[m.id] = tokens[token] = inf
-                    arm(token)
-                    arm(deadline)
+                    inf = InFlight(m, attempts, flight)
+                    in_flight[m.id] = inf
+                    member(inf)
                     add(frame(m.ts, attempts, m.id, m.body))
                 c.in_flight += n
                 c.message_count += n

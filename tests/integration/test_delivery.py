@@ -242,3 +242,31 @@ def test_pipelined_fins_with_a_bad_id_among_them(broker):
     assert stats["depth"] == 0
     c.pub("pipelined", b"still open")
     c.close()
+
+
+def test_messages_of_one_delivery_leave_their_shared_deadline_one_by_one(broker):
+    """Messages handed out in one pass share one timer entry: a FIN'd one is gone, a
+    TOUCHed one gets its own later deadline, and the one left alone still times out."""
+    c = consumer(broker, "pass", "ch", rdy=0, msg_timeout=2000)
+    with Connection.connect(broker.tcp_address) as p:
+        p.mpub("pass", [b"a", b"b", b"c"])
+    wait_for(lambda: channel_stats(broker, "pass", "ch")["depth"] == 3, what="3 queued")
+    c.send(wire.rdy(3))
+    a, b, cc = (c.read_message() for _ in range(3))
+    t0 = time.monotonic()
+    c.fin(a.id)
+    time.sleep(1.0)
+    c.send(wire.touch(b.id))  # b's deadline: about t0 + 3 s
+    again = c.read_message()  # c's, about t0 + 2 s
+    assert again.id == cc.id and again.attempts == 2
+    assert 1.5 <= time.monotonic() - t0 < 2.9
+    c.fin(again.id)
+    c.fin(b.id)  # still in flight thanks to the TOUCH
+    c.send(wire.NOP)
+    wait_for(lambda: channel_stats(broker, "pass", "ch")["in_flight_count"] == 0, what="all finished")
+    stats = channel_stats(broker, "pass", "ch")
+    assert stats["timeout_count"] == 1
+    assert stats["clients"][0]["finish_count"] == 3
+    time.sleep(1.3)  # past b's touched deadline: nothing comes back
+    assert channel_stats(broker, "pass", "ch")["timeout_count"] == 1
+    c.close()

@@ -123,6 +123,11 @@ py_read_messages(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t na
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
+    if (base > LLONG_MAX - (long long)view.len) {  /* every offset base + pos fits a long long */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "base + len(buf) does not fit in 64 bits");
+        return NULL;
+    }
     PyObject *entries = PyList_New(0);
     if (entries == NULL) {
         PyBuffer_Release(&view);
@@ -285,8 +290,8 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
         if (msg == NULL)
             goto done;
         Py_ssize_t size = NQR_FRAME_HEAD + PyBytes_GET_SIZE(msg->body);
-        if (stop > start && size > max_bytes - total)
-            break;
+        if (stop > start && (max_bytes < total || size > max_bytes - total))
+            break;  /* total + size > max_bytes, without overflowing */
         if (total > PY_SSIZE_T_MAX - head.len - size) {
             PyErr_NoMemory();
             goto done;

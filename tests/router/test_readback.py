@@ -386,3 +386,49 @@ def test_a_record_cut_short_in_the_file_is_an_oserror(name, tmp_path, monkeypatc
     os.truncate(path, size - 1)
     with pytest.raises(OSError, match=f"record at offset {offsets[1]} cut short"):
         filequeue.read_range(seg, offsets[0], size, 10)
+
+
+_GUARD_CHECK = r"""
+import ctypes, mmap, sys
+from nsqmp import _native
+from nsqmp.diskqueue.segment import encode
+from nsqmp.protocol.frames import MESSAGE_HEADER
+
+page = mmap.PAGESIZE
+area = mmap.mmap(-1, 2 * page)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+if libc.mprotect(base + page, page, 0) != 0:  # PROT_NONE
+    sys.exit("mprotect failed")
+recs = encode([MESSAGE_HEADER.pack(7, 0, b"0123456789abcdef") + b"x" * 40])
+recs += encode([MESSAGE_HEADER.pack(8, 0, b"fedcba9876543210") + b"y" * 3], 12345)
+view = memoryview(area)
+checked = 0
+for cut in range(len(recs) + 1):
+    data = recs[:cut]
+    view[page - cut:page] = data  # the buffer ends where the protected page begins
+    got = _native.read_messages(view[page - cut:page], 0, 10, None)
+    assert got[1] in (0, 74, len(recs)), (cut, got[1])
+    checked += 1
+for word in (b"\x00\x00\x00\x00", b"\x05\x00\x00\x00", b"\xff\xff\xff\x7f", b"\xff\xff\xff\xff"):
+    for tail in range(0, 8):
+        data = word + bytes(tail)
+        view[page - len(data):page] = data
+        try:
+            _native.read_messages(view[page - len(data):page], 0, 10, None)
+        except ValueError:
+            pass
+        checked += 1
+print(checked)
+"""
+
+
+def test_read_messages_never_reads_past_the_buffer():
+    """Every prefix of some records, and some odd length words, placed so the buffer ends
+    right before a PROT_NONE page: a read past its end would kill the process."""
+    native()
+    import subprocess
+    proc = subprocess.run([sys.executable, "-c", _GUARD_CHECK], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 100

@@ -6,8 +6,9 @@ setup(
         Extension(
             "nsqmp._native",
             sources=["native/module.c", "native/ring.c", "native/heap.c", "native/parser.c",
-                     "native/publish.c"],
-            depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h"],
+                     "native/publish.c", "native/readback.c"],
+            depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
+                     "native/readback.h"],
             include_dirs=["native"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
         )

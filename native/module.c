@@ -13,12 +13,14 @@ int nsqmp_ring_add(PyObject *module);   /* ring.c */
 int nsqmp_heap_add(PyObject *module);   /* heap.c */
 int nsqmp_parser_add(PyObject *module); /* parser.c */
 int nsqmp_publish_add(PyObject *module); /* publish.c */
+int nsqmp_readback_add(PyObject *module); /* readback.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
     nsqmp_heap_add,
     nsqmp_parser_add,
     nsqmp_publish_add,
+    nsqmp_readback_add,
 };
 
 static int
@@ -39,7 +41,7 @@ static PyModuleDef_Slot native_slots[] = {
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "nsqmp._native",
-    .m_doc = "C core of nsqmp (shared-memory rings, deadline heap, command parser, publish encoder).",
+    .m_doc = "C core of nsqmp (shared-memory rings, deadline heap, command parser, publish encoder, router read-back).",
     .m_size = 0,
     .m_slots = native_slots,
 };

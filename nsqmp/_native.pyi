@@ -90,3 +90,23 @@ def encode_records(
     dst: Buffer, dst_pos: int, src: Buffer, spans: Buffer, ts_ns: int, first_id: int, due_ns: int, /
 ) -> int:
     """Segment records of every span of src, written into dst at dst_pos; see native/publish.h."""
+
+class Message:
+    """A message as the router holds it (native/readback.c; twin nsqmp/router/pyreadback.py)."""
+
+    id: bytes
+    ts: int
+    body: bytes
+    segment: object
+    offset: int
+    def __new__(cls, msg_id: bytes, ts: int, body: bytes, segment: object, offset: int) -> Message: ...
+
+def read_messages(
+    buf: Buffer, base: int, want: int, segment: object, /
+) -> tuple[list[tuple[Message, int]], int, int]:
+    """Up to want segment records from the start of buf: (entries (Message, due_ns), consumed, deferred)."""
+
+def pack_frames(
+    head: Buffer, entries: Sequence[tuple[Message, int]], start: int, max_bytes: int, /
+) -> tuple[bytes, int]:
+    """head + NSQ message frames of entries[start:] within max_bytes of frames: (bytes, next index)."""

@@ -10,23 +10,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nsqmp.router.filequeue import FileQueue
+from nsqmp.router.readback import Message  # native/readback.c, or its twin router/pyreadback.py
 
 if TYPE_CHECKING:
     from nsqmp.router.latency import E2eLatency
     from nsqmp.router.topic import Topic
 
+__all__ = ["Channel", "Consumer", "Deferred", "InFlight", "Message"]
 
-class Message:
-    """A message as the router holds it; shared by every channel of its topic."""
-
-    __slots__ = ("id", "ts", "body", "segment", "offset")
-
-    def __init__(self, msg_id: bytes, ts: int, body: bytes, segment, offset: int) -> None:
-        self.id = msg_id
-        self.ts = ts
-        self.body = body
-        self.segment = segment  # the Segment whose refs count this message, or None
-        self.offset = offset  # of its record in that segment
 
 @dataclass(eq=False)
 class Consumer:

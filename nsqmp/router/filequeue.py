@@ -18,7 +18,7 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nsqmp.diskqueue.segment import DEFER, RECORD_HEAD
+from nsqmp.router.readback import Message, read_messages
 
 if TYPE_CHECKING:
     from nsqmp.router.topic import Segment
@@ -63,25 +63,31 @@ class FileQueue:
             self.add(seg, start, end, count)
         other.count = 0
 
-    def take(self, want: int) -> list[tuple[Segment, int, bytes, int]]:
-        """Read up to `want` records from the front: (segment, offset, encoding, due_ns)."""
-        out: list[tuple[Segment, int, bytes, int]] = []
+    def take(self, want: int) -> tuple[list[tuple[Message, int]], int]:
+        """Read up to `want` records from the front: ((Message, due_ns or 0) entries, how
+        many of them have a due time)."""
+        out: list[tuple[Message, int]] = []
+        deferred = 0
         while self.ranges and len(out) < want:
             r = self.ranges[0]
             seg = r[0]
             try:
-                recs, r[1] = read_range(seg.path, r[1], r[2], want - len(out))
+                got, r[1], d = read_range(seg, r[1], r[2], want - len(out))
             except OSError as exc:
                 # the records stay in the file (its refs are kept): a restart recovers them
                 log.error("cannot read queued records of %s: %s", seg.path, exc)
-                recs, r[1] = [], r[2]
-            out.extend([(seg, off, enc, due) for off, enc, due in recs])
-            r[3] -= len(recs)
-            self.count -= len(recs)
+                got, r[1], d = [], r[2], 0
+            if out:
+                out.extend(got)
+            else:
+                out = got
+            deferred += d
+            r[3] -= len(got)
+            self.count -= len(got)
             if r[1] >= r[2] or r[3] <= 0:
                 self.count -= r[3]  # 0 unless the range could not be read to its end
                 self.ranges.popleft()
-        return out
+        return out, deferred
 
     def remove_segment(self, seg: Segment) -> list[int]:
         """Forget every range of seg; the record offsets it held (to acknowledge them)."""
@@ -90,7 +96,7 @@ class FileQueue:
         for r in self.ranges:
             if r[0] is seg:
                 try:
-                    offsets.extend(off for off, _, _ in read_range(seg.path, r[1], r[2], r[3])[0])
+                    offsets.extend([m.offset for m, _ in read_range(seg, r[1], r[2], r[3])[0]])
                 except OSError as exc:
                     log.error("cannot read queued records of %s: %s", seg.path, exc)
                 self.count -= r[3]
@@ -107,43 +113,38 @@ class FileQueue:
         return gone
 
 
-def read_range(path: str, start: int, end: int, want: int) -> tuple[list[tuple[int, bytes, int]], int]:
-    """Up to `want` whole records of [start, end) of a segment file, and where the next starts.
+def read_range(seg: Segment, start: int, end: int, want: int) -> tuple[list[tuple[Message, int]], int, int]:
+    """Up to `want` whole records of [start, end) of a segment's file: ((Message, due_ns
+    or 0) entries, where the next record starts, how many entries have a due time).
 
-    Each record is (offset, encoding, due_ns or 0). The records were written and
-    checksummed by an acceptor and announced by its PUBLISH: they are trusted, as
-    iter_blob trusts a PUBLISH's copy of them.
+    The records were written and checksummed by an acceptor and announced by its
+    PUBLISH: they are trusted, as a PUBLISH's copy of them is (read_messages does not
+    verify CRCs). Damage that shows (a zero length word, a record cut short) is an OSError.
     """
-    unpack = RECORD_HEAD.unpack_from
-    out: list[tuple[int, bytes, int]] = []
-    fd = os.open(path, os.O_RDONLY)
+    out: list[tuple[Message, int]] = []
+    deferred = 0
+    fd = os.open(seg.path, os.O_RDONLY)
     try:
         while start < end and len(out) < want:
             data = os.pread(fd, min(end - start, _CHUNK), start)
-            pos, n = 0, len(data)
-            while pos + 8 <= n and len(out) < want:
-                word, _ = unpack(data, pos)
-                length = word & _LENGTH
-                if length == 0:
-                    raise OSError(f"no record at offset {start + pos}")
-                stop = pos + 8 + length
-                if stop > n:
-                    if pos:
-                        break
-                    data = os.pread(fd, 8 + length, start)  # one record larger than a chunk
-                    n = len(data)
-                    if n < stop:
+            try:
+                got, pos, d = read_messages(data, start, want - len(out), seg)
+                if pos == 0 and len(data) >= 8:  # one record larger than a chunk
+                    length = int.from_bytes(data[:4], "little") & _LENGTH
+                    data = os.pread(fd, 8 + length, start)
+                    if len(data) < 8 + length:
                         raise OSError(f"record at offset {start} cut short")
-                    continue
-                if word & DEFER:
-                    out.append((start + pos, data[pos + 16:stop],
-                                int.from_bytes(data[pos + 8:pos + 16], "little", signed=True)))
-                else:
-                    out.append((start + pos, data[pos + 8:stop], 0))
-                pos = stop
+                    got, pos, d = read_messages(data, start, 1, seg)
+            except ValueError as exc:  # a length word of 0, a record too short
+                raise OSError(str(exc)) from None
             if pos == 0:
                 raise OSError(f"no whole record at offset {start}")
+            if out:
+                out.extend(got)
+            else:
+                out = got
+            deferred += d
             start += pos
     finally:
         os.close(fd)
-    return out, start
+    return out, start, deferred

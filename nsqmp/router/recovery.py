@@ -17,7 +17,6 @@ never a loss).
 from __future__ import annotations
 
 import os
-import struct
 import time
 import zlib
 from dataclasses import dataclass
@@ -25,11 +24,9 @@ from dataclasses import dataclass
 from nsqmp.diskqueue import acklog
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.layout import list_topics
-from nsqmp.diskqueue.segment import ScanStats, parse_name, scan
+from nsqmp.diskqueue.segment import RECORD_HEAD, ScanStats, parse_name, scan
 from nsqmp.protocol.names import is_ephemeral
-from nsqmp.router.channel import Message
-
-_TS = struct.Struct(">q")
+from nsqmp.router.readback import Message, read_messages
 
 
 @dataclass
@@ -40,6 +37,15 @@ class Summary:
     deferred: int = 0
     damaged: int = 0  # damaged records skipped (see segment.scan)
     skipped_bytes: int = 0
+
+
+def _message(payload: bytes, seg, offset: int) -> Message:
+    """The Message of the record at offset of seg whose message encoding scan() verified.
+
+    scan() checks every record's CRC and resyncs past damage (read_messages trusts its
+    input and does neither), so the records come from scan() and each is parsed by
+    read_messages as a record of its own (the due time stays with scan()'s result)."""
+    return read_messages(RECORD_HEAD.pack(len(payload), 0) + payload, offset, 1, seg)[0][0][0]
 
 
 def owned(name: bytes, routers: int, index: int) -> bool:
@@ -77,7 +83,7 @@ def rescan_acceptor(router, acceptor: int) -> int:
             for offset, payload, due in scan(seg.path, resync=seq != seqs[-1]):
                 if (seq, offset) <= last:
                     continue
-                msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset), due))
+                msgs.append((_message(payload, seg, offset), due))
                 nbytes += len(payload) - 26
                 topic.count_bytes(seg, 8 + len(payload) + (8 if due else 0))
                 topic.hwm[acceptor] = (seq, offset)
@@ -132,7 +138,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
             summary.messages += 1
             if due:
                 summary.deferred += 1
-                m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
+                m = _message(payload, seg, offset)
             emptied = topic.meta.backlog_start.get(acceptor)
             # held at the topic: no channel yet, or published after a pause still in force
             if not channels or (paused_at is not None and (seq, offset) > paused_at.get(acceptor, (-1, -1))):
@@ -159,7 +165,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                     seg.refs += 1
                     continue
                 if m is None:
-                    m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
+                    m = _message(payload, seg, offset)
                 if kept is not None:
                     tries[ch][m] = kept[1]
                     if kept[0] > now:

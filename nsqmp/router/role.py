@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import itertools
 import random
-import struct
 import time
 from array import array
 
@@ -15,15 +14,13 @@ import orjson
 
 from nsqmp import memstats
 from nsqmp.diskqueue.acklog import ENTRY as ACK
-from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
-from nsqmp.protocol.frames import message_frame
 from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, InFlight, Message
 from nsqmp.router.lookup import LookupLink
+from nsqmp.router.readback import pack_frames, read_messages
 from nsqmp.router.topic import Topic
 from nsqmp.roles import Role
 
-_TS = struct.Struct(">q")
 # Automatic collections of the young generations only, small enough to stay short: a
 # gen-0 pass every _GC_YOUNG net allocations (about 1-3 ms), a gen-1 pass every third.
 _GC_YOUNG = 5_000
@@ -177,19 +174,19 @@ class Router(Role):
                 if self.opts.max_topic_bytes:
                     self.check_cap(topic)
                 return
-        msgs = []  # (Message, due_ns)
-        nbytes = 0
-        rel = -1
-        added = 0
-        for rel, payload, due in iter_blob(memoryview(rec)[pos + tlen:]):
-            if (seq, offset + rel) <= last:
-                continue
-            added += 8 + len(payload) + (8 if due else 0)
-            body = payload[26:]
-            msgs.append((Message(payload[10:26], _TS.unpack_from(payload)[0], body, seg, offset + rel), due))
-            nbytes += len(body)
-        if durable and rel >= 0 and (seq, offset + rel) > last:
-            topic.hwm[acceptor] = (seq, offset + rel)
+        # every record of the batch as a (Message, due_ns) entry, in one call
+        msgs, consumed, deferred = read_messages(memoryview(rec)[blob:], offset, len(rec), seg)
+        if durable and msgs and (seq, msgs[-1][0].offset) > last:
+            topic.hwm[acceptor] = (seq, msgs[-1][0].offset)
+        if msgs and (seq, offset) <= last:  # part of the batch was taken from the files already
+            msgs = [e for e in msgs if (seq, e[0].offset) > last]
+            if msgs:
+                consumed = offset + consumed - msgs[0][0].offset  # the new records are the batch's tail
+                deferred = sum(1 for _, due in msgs if due)
+        # record bytes; bodies are what is left after each record's head, message header
+        # and (DEFER records, those with a due time) due time
+        added = consumed
+        nbytes = consumed - 34 * len(msgs) - 8 * deferred
         if not msgs:
             return
         if seg is not None:
@@ -236,10 +233,13 @@ class Router(Role):
         """Read the channel's next records back from the files into its in-memory queue:
         `want` of them, or as many as its in-memory share has room for."""
         want = want or max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
+        entries, deferred = ch.pending.take(want)
         ready = ch.ready
+        if not deferred:  # (m, 0): the ready entry (message, attempts) as it is
+            ready.extend(entries)
+            return
         now = time.time_ns()
-        for seg, offset, payload, due in ch.pending.take(want):
-            m = Message(payload[10:26], _TS.unpack_from(payload)[0], payload[26:], seg, offset)
+        for m, due in entries:
             if due > now:
                 self._defer(ch, m, 0, self._mono(due))
             else:
@@ -733,10 +733,9 @@ class Router(Role):
         """Hand ready messages to consumers with credit, many frames per ring record."""
         self._deliver_scheduled = False
         now = time.monotonic_ns()
-        out: dict[int, list[bytes]] = {}
+        out: dict[int, list] = {}  # conn -> (Message, attempts) to send
         tokens = self.tokens
         arm = self._arms.append
-        frame = message_frame
         next_token = self._token_seq.__next__
         top_up: list[Channel] = []
         for ch in self._dirty:
@@ -770,14 +769,14 @@ class Router(Role):
                     inf = InFlight(m, attempts, flight)
                     in_flight[m.id] = inf
                     member(inf)
-                    add(frame(m.ts, attempts, m.id, m.body))
+                    add((m, attempts))
                 c.in_flight += n
                 c.message_count += n
                 if not ready:
                     break
         self._dirty.clear()
-        for conn, frames in out.items():
-            self._send_frames(conn, frames)
+        for conn, entries in out.items():
+            self._send_frames(conn, entries)
         self._flush_timer()
         for topic in self._acks_pending:
             topic.flush_acks()
@@ -823,19 +822,15 @@ class Router(Role):
                 self._acks_pending.add(topic)
         ready.extendleft(reversed(keep))
 
-    def _send_frames(self, conn: int, frames: list[bytes]) -> None:
+    def _send_frames(self, conn: int, entries: list) -> None:
+        """DELIVER records carrying the message frames of (Message, attempts) entries: up
+        to max_chunk bytes of frames each (pack_frames builds one record per call)."""
         dst = self.plan.acceptor_slot(records.conn_acceptor(conn))
         head = records.CONN.pack(records.DELIVER, conn)
-        batch: list[bytes] = []
-        size = 0
-        for f in frames:
-            if batch and size + len(f) > self.max_chunk:
-                self.endpoint.send(dst, head + b"".join(batch))
-                batch, size = [], 0
-            batch.append(f)
-            size += len(f)
-        if batch:
-            self.endpoint.send(dst, head + b"".join(batch))
+        i, n = 0, len(entries)
+        while i < n:
+            data, i = pack_frames(head, entries, i, self.max_chunk)
+            self.endpoint.send(dst, data)
 
     # -- control requests from acceptors ---------------------------------------------------------
     def on_control(self, src: int, rec: bytes) -> None:

@@ -1,0 +1,349 @@
+/*
+ * readback.c -- the Python side of the router's read-back path (parsing in
+ * readback.h, record layout in publish.h): the type Message and the functions
+ * read_messages and pack_frames.  The pure-Python twin is
+ * nsqmp/router/pyreadback.py (same API, same results).
+ *
+ * Message is the router's one stored copy of a message: id, ts, body, segment,
+ * offset.  It has no __dict__, compares and hashes by identity, and is not
+ * tracked by the cycle collector: it refers to two bytes objects and its
+ * segment (a router Segment, which never refers back to messages), so it
+ * cannot be part of a reference cycle in the router.  That keeps millions of
+ * queued messages out of every young-generation collection.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "readback.h"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *id;       /* bytes (16) */
+    PyObject *body;     /* bytes */
+    PyObject *segment;  /* any object or None */
+    long long ts;       /* ns */
+    long long offset;   /* of its record in the segment */
+} MessageObject;
+
+static PyTypeObject Message_Type;
+
+static void
+Message_dealloc(MessageObject *self)
+{
+    Py_XDECREF(self->id);
+    Py_XDECREF(self->body);
+    Py_XDECREF(self->segment);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A new Message taking (stealing) the references id and body. */
+static PyObject *
+message_new_steal(PyObject *id, long long ts, PyObject *body, PyObject *segment, long long offset)
+{
+    MessageObject *m = PyObject_New(MessageObject, &Message_Type);
+    if (m == NULL) {
+        Py_DECREF(id);
+        Py_DECREF(body);
+        return NULL;
+    }
+    m->id = id;
+    m->body = body;
+    m->segment = Py_NewRef(segment);
+    m->ts = ts;
+    m->offset = offset;
+    return (PyObject *)m;
+}
+
+static PyObject *
+Message_new(PyTypeObject *Py_UNUSED(type), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"msg_id", "ts", "body", "segment", "offset", NULL};
+    PyObject *id, *body, *segment;
+    long long ts, offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OLOOL:Message", kwlist, &id, &ts, &body, &segment, &offset))
+        return NULL;
+    Py_INCREF(id);
+    Py_INCREF(body);
+    return message_new_steal(id, ts, body, segment, offset);
+}
+
+static PyMemberDef Message_members[] = {
+    {"id", T_OBJECT_EX, offsetof(MessageObject, id), 0, "message id (16 bytes of ASCII hex)"},
+    {"ts", T_LONGLONG, offsetof(MessageObject, ts), 0, "timestamp, ns since the epoch"},
+    {"body", T_OBJECT_EX, offsetof(MessageObject, body), 0, "message body"},
+    {"segment", T_OBJECT_EX, offsetof(MessageObject, segment), 0,
+     "the Segment whose refs count this message, or None"},
+    {"offset", T_LONGLONG, offsetof(MessageObject, offset), 0, "of its record in that segment"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(Message_doc,
+"Message(msg_id, ts, body, segment, offset)\n--\n\n"
+"A message as the router holds it; shared by every channel of its topic.");
+
+static PyTypeObject Message_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nsqmp._native.Message",
+    .tp_basicsize = sizeof(MessageObject),
+    .tp_dealloc = (destructor)Message_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = Message_doc,
+    .tp_members = Message_members,
+    .tp_new = Message_new,
+};
+
+/* ------------------------------------------------------------------ */
+/* read_messages                                                       */
+/* ------------------------------------------------------------------ */
+
+PyDoc_STRVAR(read_messages_doc,
+"read_messages(buf, base, want, segment, /)\n--\n\n"
+"Up to `want` whole segment records from the start of buf, as\n"
+"(entries, consumed, deferred): entries are (Message, due_ns or 0) with\n"
+"offset = base + the record's position in buf; consumed = bytes of the whole\n"
+"records read; deferred = entries with due_ns != 0.  A partial record at the\n"
+"end is left; a length word of 0 or a record too short raises ValueError.\n"
+"CRCs are not verified (the records are trusted).");
+
+static PyObject *
+py_read_messages(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "read_messages() takes exactly 4 positional arguments");
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[1]);
+    if (base == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t want = PyLong_AsSsize_t(args[2]);
+    if (want == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *segment = args[3];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (base > LLONG_MAX - (long long)view.len) {  /* every offset base + pos fits a long long */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "base + len(buf) does not fit in 64 bits");
+        return NULL;
+    }
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *buf = view.buf;
+    size_t len = (size_t)view.len, pos = 0;
+    Py_ssize_t count = 0, deferred = 0;
+    while (count < want) {
+        nqr_record r;
+        int rc = nqr_parse(buf, len, pos, &r);
+        if (rc == NQR_PARTIAL)
+            break;
+        if (rc != NQR_OK) {
+            PyErr_Format(PyExc_ValueError, rc == NQR_EMPTY ? "no record at offset %lld"
+                                                           : "record too short at offset %lld",
+                         base + (long long)pos);
+            goto fail;
+        }
+        PyObject *id = PyBytes_FromStringAndSize((const char *)r.id, NQR_ID);
+        if (id == NULL)
+            goto fail;
+        PyObject *body = PyBytes_FromStringAndSize((const char *)r.body, (Py_ssize_t)r.body_len);
+        if (body == NULL) {
+            Py_DECREF(id);
+            goto fail;
+        }
+        PyObject *m = message_new_steal(id, r.ts, body, segment, base + (long long)pos);
+        if (m == NULL)
+            goto fail;
+        PyObject *due = PyLong_FromLongLong(r.due);
+        if (due == NULL) {
+            Py_DECREF(m);
+            goto fail;
+        }
+        PyObject *entry = PyTuple_New(2);
+        if (entry == NULL) {
+            Py_DECREF(due);
+            Py_DECREF(m);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(entry, 0, m);
+        PyTuple_SET_ITEM(entry, 1, due);
+        int added = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (added < 0)
+            goto fail;
+        if (r.due != 0)
+            deferred++;
+        count++;
+        pos += r.size;
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = PyTuple_New(3);
+    if (result == NULL) {
+        Py_DECREF(entries);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, entries);
+    PyObject *item = PyLong_FromSize_t(pos);
+    if (item == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 1, item);
+    item = PyLong_FromSsize_t(deferred);
+    if (item == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 2, item);
+    return result;
+
+fail:
+    PyBuffer_Release(&view);
+    Py_DECREF(entries);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* pack_frames                                                         */
+/* ------------------------------------------------------------------ */
+
+PyDoc_STRVAR(pack_frames_doc,
+"pack_frames(head, entries, start, max_bytes, /)\n--\n\n"
+"head followed by the NSQ message frames of entries[start:] ((Message,\n"
+"attempts) pairs) while the frames total at most max_bytes (always at least\n"
+"one frame), as (bytes, index of the first entry left out).  The frames are\n"
+"nsqmp.protocol.frames.message_frame(m.ts, attempts, m.id, m.body).");
+
+/* The message of an entry, checked for pack_frames; NULL with an exception. */
+static MessageObject *
+frame_message(PyObject *entry, Py_ssize_t i)
+{
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_Format(PyExc_TypeError, "entry %zd is not a (Message, attempts) pair", i);
+        return NULL;
+    }
+    PyObject *m = PyTuple_GET_ITEM(entry, 0);
+    if (!PyObject_TypeCheck(m, &Message_Type)) {
+        PyErr_Format(PyExc_TypeError, "entry %zd: %.100s is not a Message", i, Py_TYPE(m)->tp_name);
+        return NULL;
+    }
+    if (!PyLong_Check(PyTuple_GET_ITEM(entry, 1))) {
+        PyErr_Format(PyExc_TypeError, "entry %zd: attempts must be an int", i);
+        return NULL;
+    }
+    MessageObject *msg = (MessageObject *)m;
+    if (msg->id == NULL || msg->body == NULL) {
+        PyErr_Format(PyExc_AttributeError, "entry %zd: a Message without id or body", i);
+        return NULL;
+    }
+    if (!PyBytes_Check(msg->id) || PyBytes_GET_SIZE(msg->id) != NQR_ID) {
+        PyErr_Format(PyExc_ValueError, "entry %zd: a message id must be 16 bytes", i);
+        return NULL;
+    }
+    if (!PyBytes_Check(msg->body)) {
+        PyErr_Format(PyExc_TypeError, "entry %zd: a message body must be bytes", i);
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(msg->body) > (Py_ssize_t)(INT32_MAX - 4 - NQE_MSG_HEAD)) {
+        PyErr_Format(PyExc_ValueError, "entry %zd: a message body too long for a frame", i);
+        return NULL;
+    }
+    return msg;
+}
+
+static PyObject *
+py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "pack_frames() takes exactly 4 positional arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must not be negative");
+        return NULL;
+    }
+    Py_ssize_t max_bytes = PyLong_AsSsize_t(args[3]);
+    if (max_bytes == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[1], "entries must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_buffer head;
+    if (PyObject_GetBuffer(args[0], &head, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    /* pass 1: how many frames, how many bytes (no Python code runs between the passes) */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t stop = start, total = 0;
+    PyObject *out = NULL;
+    while (stop < n) {
+        MessageObject *msg = frame_message(items[stop], stop);
+        if (msg == NULL)
+            goto done;
+        Py_ssize_t size = NQR_FRAME_HEAD + PyBytes_GET_SIZE(msg->body);
+        if (stop > start && (max_bytes < total || size > max_bytes - total))
+            break;  /* total + size > max_bytes, without overflowing */
+        if (total > PY_SSIZE_T_MAX - head.len - size) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        total += size;
+        stop++;
+    }
+    out = PyBytes_FromStringAndSize(NULL, head.len + total);
+    if (out == NULL)
+        goto done;
+    /* pass 2: write them */
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    memcpy(dst, head.buf, (size_t)head.len);
+    dst += head.len;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *entry = items[i];
+        MessageObject *msg = (MessageObject *)PyTuple_GET_ITEM(entry, 0);
+        uint16_t attempts = (uint16_t)(PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(entry, 1)) & 0xFFFF);
+        size_t body_len = (size_t)PyBytes_GET_SIZE(msg->body);
+        nqr_put_frame(dst, (int64_t)msg->ts, attempts, (const uint8_t *)PyBytes_AS_STRING(msg->id),
+                      (const uint8_t *)PyBytes_AS_STRING(msg->body), body_len);
+        dst += NQR_FRAME_HEAD + body_len;
+    }
+    /* (PyLong_AsUnsignedLongLongMask cannot fail on an int) */
+    PyObject *next = PyLong_FromSsize_t(stop);
+    PyObject *pair = next == NULL ? NULL : PyTuple_New(2);
+    if (pair == NULL) {
+        Py_XDECREF(next);
+        Py_CLEAR(out);
+        goto done;
+    }
+    PyTuple_SET_ITEM(pair, 0, out);
+    PyTuple_SET_ITEM(pair, 1, next);
+    out = pair;
+done:
+    PyBuffer_Release(&head);
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyMethodDef readback_functions[] = {
+    {"read_messages", (PyCFunction)(void (*)(void))py_read_messages, METH_FASTCALL, read_messages_doc},
+    {"pack_frames", (PyCFunction)(void (*)(void))py_pack_frames, METH_FASTCALL, pack_frames_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+nsqmp_readback_add(PyObject *module)
+{
+    if (PyType_Ready(&Message_Type) < 0)
+        return -1;
+    if (PyModule_AddType(module, &Message_Type) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, readback_functions);
+}

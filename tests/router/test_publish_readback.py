@@ -1,0 +1,110 @@
+"""Router.on_publish turning a PUBLISH's records into queue entries (read_messages) and
+Router._refill reading ranges back: a real Router object (real options and plan), fed
+PUBLISH records directly, without processes or rings.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from nsqmp.config import loader
+from nsqmp.diskqueue.segment import HEADER, HEADER_SIZE, MAGIC, VERSION, encode
+from nsqmp.ipc import records
+from nsqmp.ipc.mesh import Plan
+from nsqmp.protocol.frames import MESSAGE_HEADER
+from nsqmp.router.channel import Deferred, Message
+from nsqmp.router.role import Router
+
+
+@pytest.fixture
+def router(tmp_path):
+    opts = loader.load(["--data-path", str(tmp_path)], environ={})
+    r = Router(opts, Plan(os.getpid(), 2, 2, 8 << 20), 0, 1, [], "unused")
+    r.loop = asyncio.new_event_loop()  # only collects the callbacks it schedules
+    yield r
+    r.loop.close()
+
+
+def batch(first: int, bodies: list[bytes], due: int = 0) -> bytes:
+    return encode([MESSAGE_HEADER.pack(1000 + k, 0, f"{first + k:016x}".encode()) + b
+                   for k, b in enumerate(bodies, 0)], due)
+
+
+def publish(router, topic: bytes, seq: int, offset: int, blob: bytes, count: int) -> None:
+    router.on_publish(0, records.publish(0, seq, offset, count, topic, blob))
+
+
+def test_a_batch_becomes_entries_of_every_channel(router):
+    topic = router._topic(b"t")
+    a, b = topic.add_channel(b"a", None), topic.add_channel(b"b", None)
+    bodies = [b"", b"x" * 5, b"y" * 3000]
+    blob = batch(0, bodies)
+    publish(router, b"t", 0, HEADER_SIZE, blob, 3)
+    for ch in (a, b):
+        assert [(m.id, m.ts, m.body, m.offset, tries) for m, tries in ch.ready] == [
+            (b"0000000000000000", 1000, b"", 64, 0), (b"0000000000000001", 1001, b"x" * 5, 64 + 34, 0),
+            (b"0000000000000002", 1002, b"y" * 3000, 64 + 34 + 39, 0)]
+    assert [m for m, _ in a.ready] == [m for m, _ in b.ready]  # one stored copy
+    assert all(type(m) is Message for m, _ in a.ready)
+    seg = topic.segments[(0, 0)]
+    assert seg.refs == 6 and seg.bytes == len(blob) == topic.disk_bytes
+    assert topic.message_count == 3 and topic.message_bytes == 3005
+    assert topic.hwm[0] == (0, 64 + 34 + 39)
+
+
+def test_records_at_or_below_the_high_water_mark_are_skipped(router):
+    topic = router._topic(b"t")
+    ch = topic.add_channel(b"a", None)
+    blob = batch(0, [b"a", b"bb", b"ccc", b"dddd"])
+    offsets = [64, 64 + 35, 64 + 35 + 36, 64 + 35 + 36 + 37]
+    topic.hwm[0] = (0, offsets[1])  # a rescan adopted the first two already
+    publish(router, b"t", 0, 64, blob, 4)
+    assert [(m.body, m.offset) for m, _ in ch.ready] == [(b"ccc", offsets[2]), (b"dddd", offsets[3])]
+    seg = topic.segments[(0, 0)]
+    assert seg.bytes == len(blob) - 71 and seg.refs == 2
+    assert topic.message_count == 2 and topic.message_bytes == 7
+    assert topic.hwm[0] == (0, offsets[3])
+    publish(router, b"t", 0, 64, blob, 4)  # all of it again: nothing new
+    assert len(ch.ready) == 2 and topic.message_count == 2
+
+
+def test_a_deferred_batch_waits_with_its_due_time(router):
+    topic = router._topic(b"t")
+    ch = topic.add_channel(b"a", None)
+    blob = batch(0, [b"later", b"too"], due=2**62)
+    publish(router, b"t", 0, 64, blob, 2)
+    assert not ch.ready and len(ch.deferred) == 2
+    assert all(isinstance(d, Deferred) and d.attempts == 0 for d in ch.deferred.values())
+    assert sorted(d.message.body for d in ch.deferred.values()) == [b"later", b"too"]
+    assert topic.message_bytes == 8 and topic.segments[(0, 0)].bytes == len(blob)
+
+
+def test_an_ephemeral_topic_gets_messages_without_a_segment(router):
+    topic = router._topic(b"t#ephemeral")
+    ch = topic.add_channel(b"a", None)
+    publish(router, b"t#ephemeral", records.MEMORY_ONLY, 0, batch(5, [b"m1", b"m2"]), 2)
+    assert [(m.id, m.body, m.segment, m.offset) for m, _ in ch.ready] == [
+        (b"0000000000000005", b"m1", None, 0), (b"0000000000000006", b"m2", None, 36)]
+    assert topic.message_bytes == 4 and not topic.segments
+
+
+def test_refill_reads_ranges_back_as_ready_entries(router, tmp_path):
+    topic = router._topic(b"t")
+    ch = topic.add_channel(b"a", None)
+    seg = topic.segment(0, 0)
+    plain, deferred = batch(0, [b"p1", b"p2"]), batch(2, [b"d-past"], due=1) + batch(3, [b"d-future"], due=2**62)
+    os.makedirs(os.path.dirname(seg.path), exist_ok=True)
+    with open(seg.path, "wb") as f:
+        f.write(HEADER.pack(MAGIC, VERSION, 0, 0).ljust(HEADER_SIZE, b"\0") + plain + deferred)
+    end = HEADER_SIZE + len(plain) + len(deferred)
+    ch.pending.add(seg, HEADER_SIZE, HEADER_SIZE + len(plain), 2)
+    router._refill(ch)
+    assert [(m.body, tries) for m, tries in ch.ready] == [(b"p1", 0), (b"p2", 0)]
+    assert all(type(e) is tuple for e in ch.ready)
+    ch.pending.add(seg, HEADER_SIZE + len(plain), end, 2)
+    router._refill(ch)
+    assert [(m.body, tries) for m, tries in ch.ready] == [(b"p1", 0), (b"p2", 0), (b"d-past", 0)]
+    assert [d.message.body for d in ch.deferred.values()] == [b"d-future"]
+    assert not ch.pending

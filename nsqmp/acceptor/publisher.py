@@ -1,9 +1,11 @@
 """The publish path of an acceptor, shared by TCP (PUB/MPUB) and HTTP (/pub, /mpub).
 
 Stamp IDs and the timestamp, append the batch to this acceptor's segment for the topic
-(single writer, no lock), then queue a PUBLISH descriptor for the topic's router. The
-records are encoded once, in C (nsqmp.diskqueue.encoder), from the bodies' spans in the
-read buffer into the PUBLISH record; the segment gets a copy of those bytes. The
+(single writer, no lock), then queue a descriptor for the topic's router. The records
+are encoded once, in C (nsqmp.diskqueue.encoder), from the bodies' spans in the read
+buffer; the segment gets them with one write. A durable batch's descriptor says only
+where they are (PUBLISH_AT: the router reads them from the file if and when it needs
+them); #ephemeral and deferred batches carry their records in the PUBLISH record. The
 caller answers OK as soon as append() returns: the messages are in a file's pages.
 """
 from __future__ import annotations
@@ -91,6 +93,12 @@ class Publisher:
                     )
                     self.writers[topic] = writer
                 seq, offset = writer.append(blob)
+                if not due:  # the router finds the records in the file: only where they are
+                    size = len(blob)
+                    blob.release()
+                    self.endpoint.send(self._router_slot(topic),
+                                       records.publish_at(self.index, seq, offset, count, size, topic))
+                    return
             if len(blob) > self.max_chunk:
                 self._hand_off_pieces(topic, seq, offset, blob)
                 blob.release()

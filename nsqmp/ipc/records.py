@@ -5,6 +5,10 @@ followed by at most one variable part. Layouts, by kind::
 
   acceptor -> router
     PUBLISH  | kind u8 | seg_acceptor u16 | seg_seq u32 | offset u64 | count u32 | topic_len u8 | topic | segment records ...
+                                                (#ephemeral or deferred batches: the records travel with it)
+    PUBLISH_AT | kind | seg_acceptor u16 | seg_seq u32 | offset u64 | count u32 | size u32 | topic_len u8 | topic
+                                                (a durable batch, not deferred: its records are
+                                                 [offset, offset + size) of the segment file)
     SUB      | kind | conn u64 | topic_len u8 | topic | channel_len u8 | channel | client info (JSON)
     RDY      | kind | conn u64 | count u32
     FIN      | kind | conn u64 | n x id 16            (one connection's FINs, in order)
@@ -57,7 +61,7 @@ import sys
 from array import array
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
-CHANNELS, LOOKUPDS, CONFIG = range(11, 14)
+CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT = range(11, 15)
 DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK = range(20, 28)
 LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
 ARM, DISARM = 30, 31
@@ -66,6 +70,7 @@ FIRE, T_HELLO = 40, 41
 MEMORY_ONLY = 0xFFFFFFFF  # seg_seq of a PUBLISH whose messages are in no file (#ephemeral)
 
 PUBLISH_HEAD = struct.Struct("<BHIQIB")
+PUBLISH_AT_HEAD = struct.Struct("<BHIQIIB")
 CONN = struct.Struct("<BQ")
 CONN_U32 = struct.Struct("<BQI")
 CONN_ID = struct.Struct("<BQ16s")
@@ -94,6 +99,10 @@ def conn_generation(conn: int) -> int:
 
 def publish(seg_acceptor: int, seg_seq: int, offset: int, count: int, topic: bytes, blob: bytes) -> bytes:
     return PUBLISH_HEAD.pack(PUBLISH, seg_acceptor, seg_seq, offset, count, len(topic)) + topic + blob
+
+
+def publish_at(seg_acceptor: int, seg_seq: int, offset: int, count: int, size: int, topic: bytes) -> bytes:
+    return PUBLISH_AT_HEAD.pack(PUBLISH_AT, seg_acceptor, seg_seq, offset, count, size, len(topic)) + topic
 
 
 def sub(conn: int, topic: bytes, channel: bytes, info: bytes) -> bytes:

@@ -113,6 +113,18 @@ class FileQueue:
         return gone
 
 
+def read_span(path: str, start: int, size: int) -> bytes:
+    """The bytes [start, start + size) of a segment file; OSError if they are not all there."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, size, start)
+    finally:
+        os.close(fd)
+    if len(data) < size:
+        raise OSError(f"{path}: {size} bytes at offset {start} cut short")
+    return data
+
+
 def read_range(seg: Segment, start: int, end: int, want: int) -> tuple[list[tuple[Message, int]], int, int]:
     """Up to `want` whole records of [start, end) of a segment's file: ((Message, due_ns
     or 0) entries, where the next record starts, how many entries have a due time).

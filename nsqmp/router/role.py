@@ -16,6 +16,7 @@ from nsqmp import memstats
 from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.ipc import records
 from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, InFlight, Message
+from nsqmp.router.filequeue import read_span
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.readback import pack_frames, read_messages
 from nsqmp.router.topic import Topic
@@ -50,6 +51,7 @@ class Router(Role):
         self.config_overrides: dict = {}
         self.handlers = {
             records.PUBLISH: self.on_publish,
+            records.PUBLISH_AT: self.on_publish_at,
             records.SUB: self.on_sub,
             records.RDY: self.on_rdy,
             records.FIN: self.on_fin,
@@ -153,29 +155,51 @@ class Router(Role):
 
     # -- publish ---------------------------------------------------------------------------
     def on_publish(self, src: int, rec: bytes) -> None:
+        """A batch with a copy of its records (#ephemeral, or deferred)."""
         _, acceptor, seq, offset, count, tlen = records.PUBLISH_HEAD.unpack_from(rec)
         pos = records.PUBLISH_HEAD.size
-        topic = self._topic(rec[pos:pos + tlen])
+        blob = memoryview(rec)[pos + tlen:]
+        self._publish(rec[pos:pos + tlen], acceptor, seq, offset, count, len(blob), blob)
+
+    def on_publish_at(self, src: int, rec: bytes) -> None:
+        """A durable batch, not deferred, left in its segment file."""
+        _, acceptor, seq, offset, count, size, tlen = records.PUBLISH_AT_HEAD.unpack_from(rec)
+        pos = records.PUBLISH_AT_HEAD.size
+        self._publish(rec[pos:pos + tlen], acceptor, seq, offset, count, size, None)
+
+    def _publish(self, name: bytes, acceptor: int, seq: int, offset: int, count: int, size: int,
+                 blob: memoryview | None) -> None:
+        """Take a batch of `count` records, [offset, offset + size) of the acceptor's file
+        seq: as a file range where it can, else as queue entries from blob, the records'
+        copy, or (None) read from the file."""
+        topic = self._topic(name)
         durable = seq != records.MEMORY_ONLY
         # records at or below the stream's high-water mark were already taken from the files
         # (a recovery or rescan may have seen part of this very batch): skip them one by one
         last = topic.hwm.get(acceptor, (-1, -1)) if durable else (-1, -1)
-        if durable and (seq, offset + len(rec)) <= last:
+        span_end = offset + size  # the batch's records are [offset, span_end) of seg
+        if durable and (seq, span_end - 1) <= last:
             return
         seg = topic.segment(acceptor, seq) if durable else None
-        blob = pos + tlen
-        span_end = offset + len(rec) - blob  # the batch's records are [offset, span_end) of seg
         lazy: list[Channel] = []  # channels that take this batch as a file range
-        if (durable and topic.held is None and not topic.paused and len(rec) > blob + 3 and (seq, offset) > last
-                and not rec[blob + 3] & 0x80):  # the whole batch is new, not deferred, not held
+        deferred_batch = blob is not None and len(blob) > 3 and blob[3] & 0x80  # its first record's DEFER bit
+        if (durable and topic.held is None and not topic.paused and size > 0 and (seq, offset) > last
+                and not deferred_batch):  # the whole batch is new, not deferred, not held
             lazy = self._lazy(topic)
             if len(lazy) == max(1, len(topic.channels)):
                 self._adopt_range(topic, seg, offset, span_end, count)
                 if self.opts.max_topic_bytes:
                     self.check_cap(topic)
                 return
+        if blob is None:
+            try:
+                blob = memoryview(read_span(seg.path, offset, size))
+            except OSError as exc:
+                # the records stay in the file (no refs taken, hwm not moved): a restart recovers them
+                self.log.error("cannot read published records of %s: %s", seg.path, exc)
+                return
         # every record of the batch as a (Message, due_ns) entry, in one call
-        msgs, consumed, deferred = read_messages(memoryview(rec)[blob:], offset, len(rec), seg)
+        msgs, consumed, deferred = read_messages(blob, offset, size, seg)
         if durable and msgs and (seq, msgs[-1][0].offset) > last:
             topic.hwm[acceptor] = (seq, msgs[-1][0].offset)
         if msgs and (seq, offset) <= last:  # part of the batch was taken from the files already

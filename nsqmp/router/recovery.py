@@ -104,8 +104,10 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
             topic.add_channel(cm.name.encode(), cm.start, cm.id, cm.paused)
             summary.channels += 1
     finished: dict[int, set[tuple[int, int, int]]] = {}
+    acked: dict[tuple[int, int], int] = {}  # ack log entries per file
     for cid, acceptor, seq, offset in acklog.read(topic.dir):
         finished.setdefault(cid, set()).add((acceptor, seq, offset))
+        acked[acceptor, seq] = acked.get((acceptor, seq), 0) + 1
     # REQ-deferred messages a graceful stop wrote down: position -> (due, attempts), per channel
     # and the attempts of queued messages already delivered before the stop (due 0)
     saved: dict[int, dict[tuple[int, int, int], tuple[int, int]]] = {}
@@ -126,6 +128,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     stats = ScanStats()
     for acceptor, seq in files:
         seg = topic.segment(acceptor, seq)
+        seg.acked = acked.pop((acceptor, seq), 0)
         per_channel: dict = {ch: [] for ch in channels}
         tries: dict = {ch: {} for ch in channels}
         resync = not (live_writers and newest[acceptor] == seq)
@@ -178,6 +181,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
         # a segment nobody needs any more (every record finished) goes now, unless it is
         # its acceptor's newest: that one may still be written to
         topic.release(seg, 0)
+    topic.dead_acks += sum(acked.values())  # entries of files gone before this start
     if meta is not None and meta.counts:
         topic.restore_counts()  # the numbers /stats showed before the stop, not a recount
     if any(saved.values()):

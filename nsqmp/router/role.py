@@ -634,7 +634,7 @@ class Router(Role):
                 acks += ack(ch.id, seg.acceptor, seg.seq, m.offset)
             if seg is not seg_run:
                 if run:
-                    topic.release(seg_run, run)
+                    self._finished(topic, seg_run, run, acks is not None)
                 seg_run, run = seg, 0
             run += 1
         if not done:
@@ -643,10 +643,17 @@ class Router(Role):
         c.finish_count += done
         self._mark(ch)
         if seg_run is not None:
-            topic.release(seg_run, run)
+            self._finished(topic, seg_run, run, acks is not None)
             if topic.full:
                 self.check_cap(topic)
             self._acks_pending.add(topic)
+
+    @staticmethod
+    def _finished(topic: Topic, seg, count: int, acked: bool) -> None:
+        """count messages of seg finished (their ack entries, if acked, are appended)."""
+        if acked:
+            seg.acked += count
+        topic.release(seg, count)
 
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""

@@ -22,11 +22,12 @@ from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.channel import Channel
 from nsqmp.router.filequeue import FileQueue
 
+_COMPACT_MIN = 100_000  # dead entries before the ack log is worth a rewrite
 log = logging.getLogger("nsqmp.router")
 
 
 class Segment:
-    __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped")
+    __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped", "acked")
 
     def __init__(self, acceptor: int, seq: int, path: str) -> None:
         self.acceptor = acceptor
@@ -35,6 +36,7 @@ class Segment:
         self.path = path
         self.bytes = 0  # record bytes adopted from this file
         self.dropped = False  # its queued copies were dropped (drop-oldest): bytes no longer counted
+        self.acked = 0  # entries of the topic's ack log that name this file
 
 
 class Topic:
@@ -49,8 +51,7 @@ class Topic:
         self.hwm: dict[int, tuple[int, int]] = {}
         self.acklog: AckLog | None = None
         self.acks = bytearray()  # FINs not yet appended to the log (packed acklog entries)
-        self.acks_kept = 0  # entries the last compaction of the log kept
-        self.deleted_since_compact = 0  # segment files deleted since (their entries are dead)
+        self.dead_acks = 0  # entries of the ack log naming deleted files (Segment.acked of each)
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) held: no channel yet, or the topic is paused
         self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
@@ -93,7 +94,7 @@ class Topic:
         seg.refs -= count
         if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
             del self.segments[(seg.acceptor, seg.seq)]
-            self.deleted_since_compact += 1
+            self.dead_acks += seg.acked
             if not seg.dropped:
                 self.disk_bytes -= seg.bytes
             try:
@@ -162,6 +163,7 @@ class Topic:
     def ack(self, ch: Channel, seg: Segment, offset: int) -> None:
         if ch.id:
             self.acks += ACK.pack(ch.id, seg.acceptor, seg.seq, offset)
+            seg.acked += 1
 
     def flush_acks(self) -> None:
         if not self.acks:
@@ -181,12 +183,12 @@ class Topic:
         self.flush_acks()
         if self.acklog is not None:
             self.acklog.sync()
-            # entries of deleted segments are dead weight: rewrite once files were deleted and
-            # the log has doubled since the last rewrite (not again and again while all live)
-            if self.deleted_since_compact and self.acklog.entries > max(100_000, 2 * self.acks_kept):
-                self.deleted_since_compact = 0
+            # entries of deleted segments are dead weight: rewrite once they are most of the
+            # log (each rewrite then removes at least half of what it reads: O(1) per FIN)
+            if self.dead_acks > max(_COMPACT_MIN, self.acklog.entries // 2):
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
-                self.acks_kept = self.acklog.compact(live)
+                self.acklog.compact(live)
+                self.dead_acks = 0
 
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
     CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")

@@ -8,7 +8,19 @@ import pytest
 from nsqmp.client import Connection, wire
 from nsqmp.launcher import Broker
 
-__all__ = ["Broker", "assert_fatal", "wait_for"]
+__all__ = ["Broker", "assert_fatal", "native_module", "wait_for"]
+
+
+def native_module(name: str):
+    """nsqmp._native for a test of its `name`: the test fails (never skips) if the
+    extension did not build or lacks it."""
+    try:
+        from nsqmp import _native
+    except ImportError as exc:
+        pytest.fail(f"nsqmp._native did not build: {exc!r}")
+    if not hasattr(_native, name):
+        pytest.fail(f"nsqmp._native.{name} is missing")
+    return _native
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):

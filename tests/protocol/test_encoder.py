@@ -21,14 +21,7 @@ from nsqmp.diskqueue.segment import HEADER, HEADER_SIZE, MAGIC, VERSION, encode,
 from nsqmp.protocol.frames import MESSAGE_HEADER
 from nsqmp.protocol.ids import hex_id
 from nsqmp.protocol.pyparser import mpub_spans
-
-try:
-    from nsqmp import _native
-except ImportError as exc:  # pragma: no cover - the extension must build
-    _native = None  # type: ignore[assignment]
-    _NATIVE_ERROR: ImportError | None = exc
-else:
-    _NATIVE_ERROR = None
+from tests.harness import native_module
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SPAN = struct.Struct("<II")
@@ -36,9 +29,7 @@ I32 = struct.Struct(">i")
 
 
 def native():
-    if _native is None or not hasattr(_native, "encode_records"):
-        pytest.fail(f"nsqmp._native.encode_records is missing: {_NATIVE_ERROR!r}")
-    return _native
+    return native_module("encode_records")
 
 
 def run_both(dst_size, dst_pos, src, spans, ts, first, due, fill=0xAB):

@@ -21,14 +21,7 @@ from nsqmp.protocol.pyparser import (
     BODY_INVALID, BODY_PENDING, NO_BODY, SCAN_BAD_BODY, SCAN_BODY_PENDING, SCAN_LINE_TOO_LONG,
     SCAN_MORE, SCAN_NEED_MORE,
 )
-
-try:
-    from nsqmp import _native
-except ImportError as exc:  # pragma: no cover - the extension must build
-    _native = None  # type: ignore[assignment]
-    _NATIVE_ERROR: ImportError | None = exc
-else:
-    _NATIVE_ERROR = None
+from tests.harness import native_module
 
 I32 = struct.Struct(">i")
 BODY_TOKENS = [b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"]
@@ -39,9 +32,7 @@ FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCh
 
 
 def native():
-    if _native is None or not hasattr(_native, "Parser"):
-        pytest.fail(f"nsqmp._native.Parser is missing: {_NATIVE_ERROR!r}")
-    return _native
+    return native_module("Parser")
 
 
 def both(fn, *args, **kwargs):

@@ -22,22 +22,13 @@ from nsqmp.router import filequeue
 from nsqmp.router import pyreadback as py
 from nsqmp.router import readback as chooser
 from nsqmp.router.topic import Segment
-
-try:
-    from nsqmp import _native
-except ImportError as exc:  # pragma: no cover - the extension must build
-    _native = None  # type: ignore[assignment]
-    _NATIVE_ERROR: ImportError | None = exc
-else:
-    _NATIVE_ERROR = None
+from tests.harness import native_module
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def native():
-    if _native is None or not hasattr(_native, "read_messages"):
-        pytest.fail(f"nsqmp._native.read_messages is missing: {_NATIVE_ERROR!r}")
-    return _native
+    return native_module("read_messages")
 
 
 IMPLS = ["native", "python"]

@@ -33,14 +33,7 @@ from hypothesis.stateful import (
 from nsqmp.ipc import records
 from nsqmp.timer import heap as heapmod
 from nsqmp.timer.heap import PyDeadlineHeap
-
-try:
-    from nsqmp import _native
-except ImportError as exc:  # pragma: no cover - the extension must build
-    _native = None  # type: ignore[assignment]
-    _NATIVE_ERROR: ImportError | None = exc
-else:
-    _NATIVE_ERROR = None
+from tests.harness import native_module
 
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
@@ -49,9 +42,7 @@ U64_MAX = (1 << 64) - 1
 
 
 def native_cls():
-    if _native is None or not hasattr(_native, "DeadlineHeap"):
-        pytest.fail(f"nsqmp._native.DeadlineHeap is missing: {_NATIVE_ERROR!r}")
-    return _native.DeadlineHeap
+    return native_module("DeadlineHeap").DeadlineHeap
 
 
 IMPLS = ["native", "python"]

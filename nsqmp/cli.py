@@ -114,9 +114,9 @@ def cmd_check_config(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("writer", "reader", "ring", "heap", "parser", "timer", "suite", "tuning",
-                                   "backlog"):
-        print("usage: nsqmp bench {writer,reader,timer,suite,tuning,backlog,ring,heap,parser} [options]",
+    if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "timer", "suite",
+                                   "tuning", "backlog"):
+        print("usage: nsqmp bench {writer,reader,latency,timer,suite,tuning,backlog,ring,heap,parser} [options]",
               file=sys.stderr)
         return 2
     if argv[0] == "ring":
@@ -139,6 +139,10 @@ def cmd_bench(argv: list[str]) -> int:
         from nsqmp.bench import suite
 
         return suite.main(argv[1:]) or 0
+    if argv[0] == "latency":
+        from nsqmp.bench import latency
+
+        return latency.main(argv[1:]) or 0
     if argv[0] == "backlog":
         from nsqmp.bench import backlog
 

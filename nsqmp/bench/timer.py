@@ -42,6 +42,7 @@ from pathlib import Path
 
 import orjson
 
+from nsqmp.bench.percentiles import percentiles
 from nsqmp.client import wire
 from nsqmp.launcher import Broker
 
@@ -146,18 +147,6 @@ def _dpub(addr: str, topic: str, count: int, defer_min: float, spread: float, se
     s.close()
 
 
-def _percentiles(values: list[float]) -> dict:
-    if not values:
-        return {"count": 0}
-    v = sorted(values)
-
-    def q(p: float) -> float:
-        return round(v[min(len(v) - 1, int(p * len(v)))], 3)
-
-    return {"count": len(v), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p99.9": q(0.999),
-            "max": round(v[-1], 3), "min": round(v[0], 3)}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nsqmp bench timer", description=__doc__.split("\n")[0])
     p.add_argument("--deferred", type=int, default=1_000_000)
@@ -260,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         "deferred": args.deferred, "inflight": args.inflight, "msg_timeout_ms": args.msg_timeout,
         "seconds": round(elapsed, 1),
         "deferred_delivered": delivered_def,
-        "deferred_lateness_ms": _percentiles(deferred_late),
-        "timeout_lateness_ms": _percentiles(inflight_late),
+        "deferred_lateness_ms": percentiles(deferred_late),
+        "timeout_lateness_ms": percentiles(inflight_late),
         "timeouts_fired": fired,
         "timer_cpu_seconds": round(cpu, 2),
         "timer_cpu_percent": round(100 * cpu / elapsed, 1),

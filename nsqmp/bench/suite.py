@@ -29,8 +29,13 @@ WORKLOADS = [
     ("writer PUB, 4 conns", "writer", 4, 1, (), 24_800, "sub_bench"),
     ("reader, 2 conns, draining", "reader", 2, 0, (), 130_200, "sub_bench"),
     ("4 MPUB writers + 2 readers at once (in)", "mixed", 4, 200, (), 177_600, "sub_bench"),
-    # nsqd's figure is its everything-in-memory run (mem-queue-size 1,000,000): an
-    # #ephemeral topic is nsqmp's memory-only path
+    ("writer MPUB 200, 4 conns, mem-queue-size 0 (everything on disk)", "writer", 4, 200,
+     ("--mem-queue-size", "0"), 142_400, "sub_bench"),
+    # nsqd's everything-in-memory run (mem-queue-size 1,000,000): the same flags, on a
+    # durable topic (files in the page cache, at most 10,000 objects per queue) ...
+    ("writer MPUB 200, 4 conns, mem-queue-size 1,000,000 (nsqd's all-in-memory flags)", "writer", 4, 200,
+     ("--mem-queue-size", "1000000"), 333_500, "sub_bench"),
+    # ... and an #ephemeral topic, nsqmp's memory-only path (1,000,000 held, more dropped)
     ("writer MPUB 200, 4 conns, #ephemeral (memory only)", "writer", 4, 200,
      ("--mem-queue-size", "1000000"), 333_500, "sub_bench#ephemeral"),
 ]
@@ -131,18 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"nsqmp bench suite, {time.strftime('%Y-%m-%d %H:%M')}, {args.reps} runs of {args.runfor:g} s, 200-byte messages",
         "",
-        "| workload | nsqmp msgs/s (median) | range | nsqd 1.3.0 | ratio |",
-        "|---|---|---|---|---|",
+        "| workload | nsqmp msgs/s (median) | range | nsqd 1.3.0 | ratio | broker PSS after (MiB, median) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, kind, conns, batch, flags, nsqd, _ in chosen:
         rates = [r["msgs_per_sec"] for r in results[name]]
         med = statistics.median(rates)
-        lines.append(f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | {med / nsqd:.2f}x |")
+        pss = statistics.median(sum(m.get("pss", 0) for m in r["memory_kib"].values()) for r in results[name])
+        lines.append(f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | "
+                     f"{med / nsqd:.2f}x | {pss / 1024:,.0f} |")
         if kind == "mixed":
             outs = [r["msgs_out_per_sec"] for r in results[name]]
             med_out = statistics.median(outs)
             lines.append(f"| {name.replace('(in)', '(out)')} | {med_out:,.0f} | {min(outs):,.0f} - "
-                         f"{max(outs):,.0f} | 176,300 | {med_out / 176_300:.2f}x |")
+                         f"{max(outs):,.0f} | 176,300 | {med_out / 176_300:.2f}x | |")
     last = results[chosen[0][0]][-1]["memory_kib"]
     lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "", "| process | RSS | PSS |", "|---|---|---|"]
     for title, m in sorted(last.items()):

@@ -788,8 +788,8 @@ OPTIONS: tuple[Option, ...] = (
         "mem-queue-size", INT, 10000,
         "Messages an #ephemeral topic or channel holds (in memory only); more are dropped "
         "and counted. Durable topics always keep their messages in segment files; the "
-        "router keeps this many per channel (at least 100) in memory, and reads the rest "
-        "back from the files as consumers drain them.",
+        "router also holds this many per channel (at least 100, at most 10,000) as objects, "
+        "and reads the rest back from the files (the kernel's page cache) as consumers drain them.",
         section="storage", check=at_least(0),
     ),
     Option(

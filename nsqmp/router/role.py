@@ -26,7 +26,12 @@ from nsqmp.roles import Role
 # gen-0 pass every _GC_YOUNG net allocations (about 1-3 ms), a gen-1 pass every third.
 _GC_YOUNG = 5_000
 _GC_NEVER = 2**31 - 1  # gen-2 threshold: a full collection never runs by itself
-_MIN_IN_MEMORY = 100  # messages a channel keeps as objects even with a smaller mem-queue-size
+# Messages a durable channel (or a topic without channels) holds as objects before new
+# batches wait in the files as ranges: mem-queue-size, within these bounds. Past the upper
+# one, objects only cost memory: a range is read back in C at millions of messages per
+# second, from pages the kernel caches anyway.
+_MIN_IN_MEMORY = 100
+_MAX_IN_MEMORY = 10_000
 
 
 class Router(Role):
@@ -130,6 +135,7 @@ class Router(Role):
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(name, self.opts.data_path, self.opts.mem_queue_size)
+            topic.in_memory = min(max(self.opts.mem_queue_size, _MIN_IN_MEMORY), _MAX_IN_MEMORY)
             if self.opts.e2e_processing_latency_percentiles:
                 topic.e2e = (self.opts.e2e_processing_latency_window_time,
                              tuple(self.opts.e2e_processing_latency_percentiles))
@@ -224,7 +230,7 @@ class Router(Role):
         durable channels that already hold their in-memory share (mem-queue-size
         messages) or have ranges queued; [None] for the topic's own backlog when it has no
         channel and is in the same state."""
-        bound = max(topic.mem_queue_size, _MIN_IN_MEMORY)
+        bound = topic.in_memory
         if not topic.channels:
             return [None] if topic.backlog_pending or len(topic.backlog) >= bound else []
         return [ch for ch in topic.channels.values()
@@ -256,7 +262,7 @@ class Router(Role):
     def _refill(self, ch: Channel, want: int = 0) -> None:
         """Read the channel's next records back from the files into its in-memory queue:
         `want` of them, or as many as its in-memory share has room for."""
-        want = want or max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) - len(ch.ready)
+        want = want or ch.topic.in_memory - len(ch.ready)
         entries, deferred = ch.pending.take(want)
         ready = ch.ready
         if not deferred:  # (m, 0): the ready entry (message, attempts) as it is
@@ -818,7 +824,7 @@ class Router(Role):
     def _refill_soon(self, ch: Channel) -> None:
         """Top the channel's in-memory queue up from the files once it is half empty: in a
         callback of its own, after this pass's deliveries have gone out."""
-        if len(ch.ready) >= max(ch.topic.mem_queue_size, _MIN_IN_MEMORY) // 2 or ch in self._refills:
+        if len(ch.ready) >= ch.topic.in_memory // 2 or ch in self._refills:
             return
         if not self._refills:
             self.loop.call_soon(self._refill_all)

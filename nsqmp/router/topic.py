@@ -44,7 +44,8 @@ class Topic:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.dir = topic_dir(data_path, name.decode())
-        self.mem_queue_size = mem_queue_size
+        self.mem_queue_size = mem_queue_size  # #ephemeral: what it holds at most (more are dropped)
+        self.in_memory = mem_queue_size  # durable: queued as objects per channel before ranges (Router)
         self.meta = metafile.TopicMeta()
         # last record adopted per acceptor stream: (seq, offset); a PUBLISH at or below it
         # was already recovered from the files

@@ -13,6 +13,7 @@ int nsqmp_ring_add(PyObject *module);   /* ring.c */
 int nsqmp_heap_add(PyObject *module);   /* heap.c */
 int nsqmp_parser_add(PyObject *module); /* parser.c */
 int nsqmp_publish_add(PyObject *module); /* publish.c */
+int nsqmp_acklog_add(PyObject *module);  /* acklog.c */
 int nsqmp_readback_add(PyObject *module); /* readback.c */
 
 static int (*const adders[])(PyObject *) = {
@@ -20,6 +21,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_heap_add,
     nsqmp_parser_add,
     nsqmp_publish_add,
+    nsqmp_acklog_add,
     nsqmp_readback_add,
 };
 

@@ -110,3 +110,7 @@ def pack_frames(
     head: Buffer, entries: Sequence[tuple[Message, int]], start: int, max_bytes: int, /
 ) -> tuple[bytes, int]:
     """head + NSQ message frames of entries[start:] within max_bytes of frames: (bytes, next index)."""
+
+# acklog.c
+def keep_entries(data: Buffer, live: Buffer, /) -> bytes:
+    """The 16-byte ack log entries of data whose acceptor << 32 | seq is in live (sorted u64s)."""

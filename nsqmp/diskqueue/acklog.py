@@ -18,7 +18,10 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Container, Iterable, Iterator
+import sys
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 FILE = "acks.log"
 ENTRY = struct.Struct("<HHIQ")
@@ -26,9 +29,38 @@ _SEGMENT = struct.Struct("<2xHI8x")  # (acceptor, seq) of an entry
 _GROW = 1 << 20
 
 
+def py_keep_entries(data: bytes, live: bytes) -> bytes:
+    """The entries of data whose (acceptor, seq) key (acceptor << 32 | seq) is in live, a
+    sorted native-order u64 array (pure-Python twin of native/acklog.c)."""
+    keys = set(array("Q", live))
+    usable = len(data) - len(data) % ENTRY.size
+    size = ENTRY.size
+    return b"".join([data[k * size:(k + 1) * size]
+                     for k, (a, q) in enumerate(_SEGMENT.iter_unpack(memoryview(data)[:usable]))
+                     if a << 32 | q in keys])
+
+
+keep_entries: Any = py_keep_entries
+if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
+    try:
+        from nsqmp._native import keep_entries
+    except ImportError:  # extension not built
+        pass
+
+
 def pack(entries: Iterable[tuple[int, int, int, int]]) -> bytes:
     """Entries as append() takes them."""
     return b"".join([ENTRY.pack(*e) for e in entries])
+
+
+def pack_file(channel: int, acceptor: int, seq: int, offsets: list[int]) -> bytes:
+    """The entries of one channel's FINs of records of one file, as append() takes them."""
+    if sys.byteorder != "little":
+        return b"".join([ENTRY.pack(channel, acceptor, seq, o) for o in offsets])
+    # little-endian u64 words: (channel | acceptor << 16 | seq << 32), offset, ...
+    words = array("Q", [channel | acceptor << 16 | seq << 32]) * (2 * len(offsets))
+    words[1::2] = array("Q", offsets)
+    return words.tobytes()
 
 
 def _written(data: bytes | mmap.mmap) -> int:
@@ -92,21 +124,20 @@ class AckLog:
             self._map.flush()
             self._dirty = False
 
-    def compact(self, live: Container[tuple[int, int]]) -> int:
+    def compact(self, live: Iterable[tuple[int, int]]) -> int:
         """Rewrite the log with only the entries of segments in live ((acceptor, seq)
         pairs); returns how many were kept."""
-        data = self._map[:self.pos]
-        size = ENTRY.size
-        kept = [k for k, seg in enumerate(_SEGMENT.iter_unpack(data)) if seg in live]
+        keys = array("Q", sorted(a << 32 | q for a, q in live)).tobytes()
+        kept = keep_entries(self._map[:self.pos], keys)
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(b"".join([data[k * size:(k + 1) * size] for k in kept]))
+            f.write(kept)
             f.flush()
             os.fsync(f.fileno())
         self.close()
         os.rename(tmp, self.path)
         self.__init__(os.path.dirname(self.path))  # type: ignore[misc]
-        return len(kept)
+        return len(kept) // ENTRY.size
 
     def close(self) -> None:
         if self._map is not None:

@@ -13,7 +13,6 @@ from array import array
 import orjson
 
 from nsqmp import memstats
-from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.ipc import records
 from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, InFlight, Message
 from nsqmp.router.filequeue import read_span
@@ -611,10 +610,8 @@ class Router(Role):
         in_flight, flights, tokens, disarm = ch.in_flight, c.flights, self.tokens, self._disarms.append
         e2e = ch.e2e
         now = time.time_ns() if e2e is not None else 0
-        acks = topic.acks if ch.id else None
-        ack = ACK.pack
         done = 0
-        seg_run, run = None, 0  # consecutive FINs of one file release its refs together
+        seg_run, offsets = None, []  # consecutive FINs of one file are acknowledged together
         for pos in ids:
             msg_id = rec[pos:pos + 16]
             inf = in_flight.get(msg_id)
@@ -636,30 +633,21 @@ class Router(Role):
             seg = m.segment
             if seg is None:
                 continue
-            if acks is not None:
-                acks += ack(ch.id, seg.acceptor, seg.seq, m.offset)
             if seg is not seg_run:
-                if run:
-                    self._finished(topic, seg_run, run, acks is not None)
-                seg_run, run = seg, 0
-            run += 1
+                if offsets:
+                    topic.finish(ch, seg_run, offsets)
+                seg_run, offsets = seg, []
+            offsets.append(m.offset)
         if not done:
             return
         c.in_flight -= done
         c.finish_count += done
         self._mark(ch)
-        if seg_run is not None:
-            self._finished(topic, seg_run, run, acks is not None)
+        if offsets:
+            topic.finish(ch, seg_run, offsets)
             if topic.full:
                 self.check_cap(topic)
             self._acks_pending.add(topic)
-
-    @staticmethod
-    def _finished(topic: Topic, seg, count: int, acked: bool) -> None:
-        """count messages of seg finished (their ack entries, if acked, are appended)."""
-        if acked:
-            seg.acked += count
-        topic.release(seg, count)
 
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""

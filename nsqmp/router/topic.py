@@ -14,7 +14,7 @@ from collections import deque
 
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.acklog import ENTRY as ACK
-from nsqmp.diskqueue.acklog import AckLog
+from nsqmp.diskqueue.acklog import AckLog, pack_file
 from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import segment_path
 from nsqmp.protocol.names import is_ephemeral
@@ -165,6 +165,14 @@ class Topic:
         if ch.id:
             self.acks += ACK.pack(ch.id, seg.acceptor, seg.seq, offset)
             seg.acked += 1
+
+    def finish(self, ch: Channel, seg: Segment, offsets: list[int]) -> None:
+        """Messages of seg at these offsets are finished on ch: acknowledged (a durable
+        channel's ack log gets their entries) and their file references released."""
+        if ch.id:
+            self.acks += pack_file(ch.id, seg.acceptor, seg.seq, offsets)
+            seg.acked += len(offsets)
+        self.release(seg, len(offsets))
 
     def flush_acks(self) -> None:
         if not self.acks:

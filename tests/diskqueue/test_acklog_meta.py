@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import os
+from array import array
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nsqmp.diskqueue import acklog, meta
 from nsqmp.diskqueue.layout import list_topics, topic_dir
+from tests.harness import native_module
 
 
 def test_acklog_appends_reopens_and_compacts(tmp_path):
@@ -40,3 +45,22 @@ def test_dot_names_stay_inside_the_data_path(tmp_path):
         assert os.path.realpath(d).startswith(os.path.realpath(tmp_path / "topics") + os.sep)
         os.makedirs(d)
     assert list_topics(str(tmp_path)) == sorted([".", "..", "a.b", ".hidden"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(1, 0xFFFF), st.integers(0, 3), st.integers(0, 6),
+                                  st.integers(0, 2**64 - 1)), max_size=60),
+       live=st.sets(st.tuples(st.integers(0, 3), st.integers(0, 6))), tail=st.binary(max_size=15))
+def test_keep_entries_native_and_twin_agree_with_a_model(entries, live, tail):
+    data = acklog.pack(entries) + tail  # a trailing partial entry is ignored
+    keys = array("Q", sorted(a << 32 | q for a, q in live)).tobytes()
+    want = acklog.pack([e for e in entries if (e[1], e[2]) in live])
+    assert acklog.py_keep_entries(data, keys) == want
+    assert native_module("keep_entries").keep_entries(data, keys) == want
+
+
+@given(channel=st.integers(1, 0xFFFF), acceptor=st.integers(0, 0xFFFF), seq=st.integers(0, 2**32 - 1),
+       offsets=st.lists(st.integers(0, 2**64 - 1), max_size=40))
+def test_pack_file_is_pack_of_the_same_entries(channel, acceptor, seq, offsets):
+    assert acklog.pack_file(channel, acceptor, seq, offsets) == \
+        acklog.pack([(channel, acceptor, seq, o) for o in offsets])

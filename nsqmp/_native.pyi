@@ -114,3 +114,7 @@ def pack_frames(
 # acklog.c
 def keep_entries(data: Buffer, live: Buffer, /) -> bytes:
     """The 16-byte ack log entries of data whose acceptor << 32 | seq is in live (sorted u64s)."""
+
+# consumer.c
+def fin_replies(buf: Buffer, /) -> tuple[bytes, int, int, bytes | None]:
+    """(replies, messages, consumed, error): FIN per message frame, NOP per heartbeat."""

@@ -70,7 +70,7 @@ def _reader(args, start_at: float, out) -> None:
     conn.send(wire.rdy(args.rdy))
     sock = conn.sock
     sock.settimeout(1.0)
-    reader = conn.reader
+    buf = bytearray(conn.reader.buf)  # what came with the SUB's OK
     end = start_at + args.runfor
     count = 0
     limit = args.max_messages
@@ -82,16 +82,17 @@ def _reader(args, start_at: float, out) -> None:
             continue
         if not data:
             break
-        fins = []
-        for ftype, payload in reader.feed(data):
-            if ftype == wire.FRAME_MESSAGE:
-                fins.append(b"FIN " + payload[10:26] + b"\n")
-            elif payload == b"_heartbeat_":
-                fins.append(wire.NOP)
-        if fins:
-            count += len(fins)
-            last = time.time()
-            sock.sendall(b"".join(fins))
+        buf += data
+        # the frames in C (native/consumer.c): a FIN per message, NOP per heartbeat
+        replies, messages, consumed, error = wire.fin_replies(buf)
+        del buf[:consumed]
+        if error is not None:
+            raise SystemExit(f"error frame: {error!r}")
+        if replies:
+            count += messages
+            if messages:
+                last = time.time()
+            sock.sendall(replies)
     out.send((count, (last if limit else time.time()) - start_at))
     conn.close()
 

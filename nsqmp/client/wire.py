@@ -1,8 +1,10 @@
 """Client side of the NSQ TCP protocol V2: command encoding and frame decoding."""
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -101,3 +103,38 @@ class FrameReader:
         if pos:
             del buf[:pos]
         return out
+
+
+def py_fin_replies(buf: bytes | bytearray | memoryview) -> tuple[bytes, int, int, bytes | None]:
+    """(replies, messages, consumed, error): a FIN line for every message frame and NOP for
+    every heartbeat among the whole frames at the start of buf, stopping after an error
+    frame (its data). The bench reader's scanner; native/consumer.c is its C twin."""
+    replies = []
+    pos, n, messages = 0, len(buf), 0
+    while n - pos >= 8:
+        size, ftype = _FRAME.unpack_from(buf, pos)
+        if size < 4:
+            raise ValueError(f"bad frame size {size} at {pos}")
+        if n - pos < 4 + size:
+            break
+        data = bytes(buf[pos + 8:pos + 4 + size])
+        pos += 4 + size
+        if ftype == FRAME_MESSAGE:
+            if len(data) < 26:
+                raise ValueError(f"message frame of {len(data)} bytes")
+            replies.append(b"FIN " + data[10:26] + b"\n")
+            messages += 1
+        elif ftype == FRAME_RESPONSE:
+            if data == b"_heartbeat_":
+                replies.append(NOP)
+        else:
+            return b"".join(replies), messages, pos, data
+    return b"".join(replies), messages, pos, None
+
+
+fin_replies: Any = py_fin_replies
+if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
+    try:
+        from nsqmp._native import fin_replies
+    except ImportError:  # extension not built
+        pass

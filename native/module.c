@@ -14,7 +14,7 @@ int nsqmp_heap_add(PyObject *module);   /* heap.c */
 int nsqmp_parser_add(PyObject *module); /* parser.c */
 int nsqmp_publish_add(PyObject *module); /* publish.c */
 int nsqmp_acklog_add(PyObject *module);  /* acklog.c */
-int nsqmp_consumer_add(PyObject *module); /* consumer.c */
+int nsqmp_benchclient_add(PyObject *module); /* benchclient.c */
 int nsqmp_readback_add(PyObject *module); /* readback.c */
 
 static int (*const adders[])(PyObject *) = {
@@ -23,7 +23,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_parser_add,
     nsqmp_publish_add,
     nsqmp_acklog_add,
-    nsqmp_consumer_add,
+    nsqmp_benchclient_add,
     nsqmp_readback_add,
 };
 

@@ -13,11 +13,19 @@ import multiprocessing as mp
 import os
 import sys
 import time
+from typing import Any
 
 import orjson
 
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
+
+publish_loop: Any = None  # native/benchclient.c, unless NSQMP_PURE_PYTHON=1 or not built
+if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
+    try:
+        from nsqmp._native import publish_loop
+    except ImportError:
+        pass
 
 
 def _parser(kind: str) -> argparse.ArgumentParser:
@@ -37,6 +45,27 @@ def _parser(kind: str) -> argparse.ArgumentParser:
     return p
 
 
+def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None]:
+    """Send command and wait for its response until the wall clock passes until: (OKs,
+    None), or (OKs, (frame type, data)) of a response that was not OK. Pure-Python twin
+    of native/benchclient.c's publish_loop (which takes the socket's fd)."""
+    reader = wire.FrameReader()
+    oks = 0
+    while time.time() < until:
+        sock.sendall(command)
+        frames: list = []
+        while not frames:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionResetError("the broker closed the connection")
+            frames = reader.feed(data)
+        ftype, payload = frames[0]
+        if ftype != wire.FRAME_RESPONSE or payload != b"OK":
+            return oks, (ftype, payload)
+        oks += 1
+    return oks, None
+
+
 def _writer(args, start_at: float, out) -> None:
     conn = Connection.connect(args.nsqd_tcp_address, timeout=30)
     body = b"a" * args.size
@@ -45,18 +74,17 @@ def _writer(args, start_at: float, out) -> None:
     else:
         cmd = wire.mpub(args.topic, [body] * args.batch_size)
     sock = conn.sock
-    ok = wire.FRAME_RESPONSE
+    sock.settimeout(None)  # blocking: the loop runs in C with the GIL released
     while time.time() < start_at:
         time.sleep(0.001)
     end = start_at + args.runfor
-    count = 0
-    while time.time() < end:
-        sock.sendall(cmd)
-        frame = conn.read_frame()
-        if frame.type != ok or frame.data != b"OK":
-            raise SystemExit(f"publish failed: {frame.data!r}")
-        count += args.batch_size
-    out.send((count, time.time() - start_at))
+    if publish_loop is not None:
+        oks, error = publish_loop(sock.fileno(), cmd, end)
+    else:
+        oks, error = py_publish_loop(sock, cmd, end)
+    if error is not None:
+        raise SystemExit(f"publish failed: {error[1]!r}")
+    out.send((oks * args.batch_size, time.time() - start_at))
     conn.close()
 
 

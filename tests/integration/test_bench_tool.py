@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from nsqmp.bench.tool import run
 from nsqmp.client import Connection
+from tests.harness import native_module, wait_for
 
 
 def test_writer_then_reader_drains_exactly_what_was_written(broker):
@@ -21,3 +24,33 @@ def test_writer_then_reader_drains_exactly_what_was_written(broker):
     assert read["messages"] == wrote["messages"]  # every message, each FIN'd once
     channel = broker.stats(topic="tool_bench")["topics"][0]["channels"][0]
     assert channel["depth"] == 0
+
+
+@pytest.mark.parametrize("impl", ["native", "twin"])
+def test_publish_loop_stops_at_an_error_response(broker, impl):
+    import socket
+    import time
+
+    from nsqmp.bench import tool
+    from nsqmp.client import wire
+
+    host, _, port = broker.tcp_address.rpartition(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(wire.MAGIC)
+        until = time.time() + 10
+        cmd = wire.pub("bad!", b"x")
+        if impl == "native":
+            oks, error = native_module("publish_loop").publish_loop(s.fileno(), cmd, until)
+        else:
+            oks, error = tool.py_publish_loop(s, cmd, until)
+    assert oks == 0
+    assert error == (wire.FRAME_ERROR, b"E_BAD_TOPIC PUB topic name \"bad!\" is not valid")
+    ok_cmd = wire.pub("fine", b"y")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(wire.MAGIC)
+        if impl == "native":
+            oks, error = native_module("publish_loop").publish_loop(s.fileno(), ok_cmd, time.time() + 0.3)
+        else:
+            oks, error = tool.py_publish_loop(s, ok_cmd, time.time() + 0.3)
+    assert oks > 0 and error is None
+    wait_for(lambda: broker.stats(topic="fine")["topics"][0]["message_count"] == oks, what="all counted")

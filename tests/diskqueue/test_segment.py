@@ -127,3 +127,20 @@ def test_full_disk_is_an_error_not_a_crash(small_fs):
     got = [p for name in sorted(os.listdir(small_fs / "t"))
            for _, p, _ in scan(str(small_fs / "t" / name))]
     assert len(got) == accepted  # everything accepted before the failure is there, intact
+
+
+def test_a_roll_syncs_and_closes_the_full_file_in_the_background(tmp_path):
+    """The full file's descriptor is closed by the background job, after the next file
+    exists; close() waits for it; every record is readable in order."""
+    w = SegmentWriter(str(tmp_path), 2, 8192, 1)  # a sync after every append
+    payloads = [bytes(10) + b"%016x" % i + b"x" * 1500 for i in range(12)]
+    places = [w.append(encode([p])) for p in payloads]
+    seqs = sorted({seq for seq, _ in places})
+    assert len(seqs) > 2
+    w.close()
+    assert w._fd == -1
+    got = [payload for seq in seqs for _, payload, _ in scan(segment_path(str(tmp_path), 2, seq))]
+    assert got == payloads
+    open_fds = os.listdir("/proc/self/fd")
+    assert not any(os.readlink(f"/proc/self/fd/{fd}").endswith(".seg") for fd in open_fds
+                   if os.path.exists(f"/proc/self/fd/{fd}"))

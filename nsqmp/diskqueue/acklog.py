@@ -21,7 +21,10 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from typing import Any
+
+from nsqmp.diskqueue.segment import in_background, sync_file
 
 FILE = "acks.log"
 ENTRY = struct.Struct("<HHIQ")
@@ -102,6 +105,7 @@ class AckLog:
         self._map = mmap.mmap(self._fd, self._size)
         self.pos = _written(self._map) * ENTRY.size
         self._dirty = False
+        self._syncing: Future | None = None  # the background fdatasync under way
 
     @property
     def entries(self) -> int:
@@ -120,9 +124,17 @@ class AckLog:
         self._dirty = True
 
     def sync(self) -> None:
-        if self._dirty:
-            self._map.flush()
+        """Make what was appended durable without waiting: an fdatasync on the background
+        thread (on Linux it also writes back the pages dirtied through the mapping)."""
+        if self._dirty and (self._syncing is None or self._syncing.done()):
             self._dirty = False
+            self._syncing = in_background(sync_file, self._fd, self.path)
+
+    def _settle(self) -> None:
+        """Wait for the background sync, if any (before the descriptor is closed)."""
+        if self._syncing is not None:
+            self._syncing.result()
+            self._syncing = None
 
     def compact(self, live: Iterable[tuple[int, int]]) -> int:
         """Rewrite the log with only the entries of segments in live ((acceptor, seq)
@@ -141,7 +153,10 @@ class AckLog:
 
     def close(self) -> None:
         if self._map is not None:
-            self.sync()
+            self._settle()
+            if self._dirty:
+                self._map.flush()
+                self._dirty = False
             self._map.close()
             os.close(self._fd)
             self._map = None  # type: ignore[assignment]

@@ -56,7 +56,7 @@ log = logging.getLogger("nsqmp.diskqueue")
 _syncer: ThreadPoolExecutor | None = None
 
 
-def _background(job, *args) -> Future:
+def in_background(job, *args) -> Future:
     """Run job(*args) on the syncing thread (created on first use, in the process that
     uses it: never inherited across a fork)."""
     global _syncer
@@ -73,7 +73,8 @@ def _forget_syncer() -> None:
 os.register_at_fork(after_in_child=_forget_syncer)
 
 
-def _sync(fd: int, path: str, close: bool) -> None:
+def sync_file(fd: int, path: str, close: bool = False) -> None:
+    """fdatasync fd (and close it if close), logging a failure: for in_background()."""
     try:
         os.fdatasync(fd)
     except OSError as exc:  # the data stays in the page cache; only a power loss can take it
@@ -201,7 +202,7 @@ class SegmentWriter:
         """fdatasync what was written since the last sync, on the background thread."""
         if self._fd < 0 or not self._unsynced:
             return
-        self._last_job = _background(_sync, self._fd, self._path, False)
+        self._last_job = in_background(sync_file, self._fd, self._path, False)
         self._unsynced = 0
 
     def _roll(self, at_least: int) -> None:
@@ -214,7 +215,7 @@ class SegmentWriter:
         try:
             self._open(at_least)
         finally:
-            self._last_job = _background(_sync, fd, path, True)
+            self._last_job = in_background(sync_file, fd, path, True)
             self._unsynced = 0
 
     def close(self) -> None:

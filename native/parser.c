@@ -1,6 +1,6 @@
 /*
  * parser.c -- the Python type nsqmp._native.Parser (the command scanner of
- * parser.h) and the MPUB splitters split_mpub / mpub_spans.  The pure-Python
+ * parser.h) and the MPUB splitter mpub_spans.  The pure-Python
  * twin is nsqmp/protocol/pyparser.py; both have the same API, the same
  * results and the same error texts.
  *
@@ -298,7 +298,7 @@ static PyTypeObject Parser_Type = {
 /* MPUB                                                                */
 /* ------------------------------------------------------------------ */
 
-/* The body buf[start .. start+length) of split_mpub / mpub_spans. */
+/* The body buf[start .. start+length) of mpub_spans. */
 static int
 mpub_args(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_buffer *view,
           size_t *start, size_t *length, int64_t *max_msg, int64_t *max_body)
@@ -324,53 +324,12 @@ mpub_args(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_buffer *
     return 0;
 }
 
-PyDoc_STRVAR(split_mpub_doc,
-"split_mpub(buf, start, length, max_msg_size, max_body_size, /)\n--\n\n"
-"The messages of the MPUB body buf[start:start+length], validated as nsqd\n"
-"does: (list of bytes, None), or (None, (code, text)) at the first error.");
-
-static PyObject *
-split_mpub(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_buffer view;
-    size_t start, length;
-    int64_t max_msg, max_body;
-    if (mpub_args(args, nargs, "split_mpub", &view, &start, &length, &max_msg, &max_body) < 0)
-        return NULL;
-    const uint8_t *p = (const uint8_t *)view.buf + start;
-    nqp_error err;
-    int64_t count = nqp_mpub_validate(p, length, max_msg, max_body, &err);
-    if (count < 0) {
-        PyBuffer_Release(&view);
-        PyObject *e = error_tuple(&err);
-        return e ? Py_BuildValue("(ON)", Py_None, e) : NULL;
-    }
-    PyObject *bodies = PyList_New((Py_ssize_t)count);
-    if (bodies == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    size_t pos = 4;
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
-        size_t off, size;
-        nqp_mpub_next(p, &pos, &off, &size);
-        PyObject *b = PyBytes_FromStringAndSize((const char *)p + off, (Py_ssize_t)size);
-        if (b == NULL) {
-            PyBuffer_Release(&view);
-            Py_DECREF(bodies);
-            return NULL;
-        }
-        PyList_SET_ITEM(bodies, i, b);
-    }
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(NO)", bodies, Py_None);
-}
-
 PyDoc_STRVAR(mpub_spans_doc,
 "mpub_spans(buf, start, length, max_msg_size, max_body_size, /)\n--\n\n"
-"Like split_mpub, without a Python object per message: (spans, None) where\n"
-"spans is bytes of little-endian u32 pairs (offset in buf, size), one pair\n"
-"per message; or (None, (code, text)).");
+"The messages of the MPUB body buf[start:start+length], validated as nsqd\n"
+"does, without a Python object per message: (spans, None) where spans is\n"
+"bytes of little-endian u32 pairs (offset in buf, size), one pair per\n"
+"message; or (None, (code, text)) at the first error.");
 
 static PyObject *
 mpub_spans(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -411,7 +370,6 @@ mpub_spans(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef parser_functions[] = {
-    {"split_mpub", (PyCFunction)(void (*)(void))split_mpub, METH_FASTCALL, split_mpub_doc},
     {"mpub_spans", (PyCFunction)(void (*)(void))mpub_spans, METH_FASTCALL, mpub_spans_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -70,9 +70,6 @@ class Parser:
         self, buf: Buffer, pos: int = 0, max_commands: int = 1024
     ) -> tuple[list[tuple[tuple[bytes, ...], int, int, int]], int, int, tuple[str, str] | None]: ...
 
-def split_mpub(
-    buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
-) -> tuple[list[bytes] | None, tuple[str, str] | None]: ...
 def mpub_spans(
     buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
 ) -> tuple[bytes | None, tuple[str, str] | None]: ...

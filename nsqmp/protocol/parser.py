@@ -1,6 +1,6 @@
 """The NSQ V2 command parser: picks the implementation.
 
-``Parser``, ``split_mpub`` and ``mpub_spans`` are the native ones from
+``Parser`` and ``mpub_spans`` are the native ones from
 ``nsqmp._native`` (``native/parser.c``, layouts and limits drawn in
 ``native/parser.h``) unless ``NSQMP_PURE_PYTHON=1`` is set or the extension
 cannot be imported; then they are the pure-Python twin
@@ -21,29 +21,26 @@ from typing import Any
 from nsqmp.protocol.pyparser import (
     BODY_INVALID, BODY_PENDING, MAX_LINE, NO_BODY, SCAN_BAD_BODY, SCAN_BODY_PENDING,
     SCAN_LINE_TOO_LONG, SCAN_MORE, SCAN_NEED_MORE, Command, PyParser,
-    mpub_spans as py_mpub_spans, split_mpub as py_split_mpub,
+    mpub_spans as py_mpub_spans,
 )
 
 __all__ = [
     "BODY_INVALID", "BODY_PENDING", "MAX_LINE", "NO_BODY", "SCAN_BAD_BODY", "SCAN_BODY_PENDING",
     "SCAN_LINE_TOO_LONG", "SCAN_MORE", "SCAN_NEED_MORE", "Command", "NativeParser", "Parser",
-    "PyParser", "mpub_spans", "split_mpub",
+    "PyParser", "mpub_spans",
 ]
 
 NativeParser: Any
-native_split_mpub: Any
 native_mpub_spans: Any
 try:
     from nsqmp._native import Parser as NativeParser
     from nsqmp._native import mpub_spans as native_mpub_spans
-    from nsqmp._native import split_mpub as native_split_mpub
 except ImportError:  # extension not built
-    NativeParser = native_split_mpub = native_mpub_spans = None
+    NativeParser = native_mpub_spans = None
 
 Parser: Any
-split_mpub: Any
 mpub_spans: Any
 if NativeParser is not None and os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
-    Parser, split_mpub, mpub_spans = NativeParser, native_split_mpub, native_mpub_spans
+    Parser, mpub_spans = NativeParser, native_mpub_spans
 else:
-    Parser, split_mpub, mpub_spans = PyParser, py_split_mpub, py_mpub_spans
+    Parser, mpub_spans = PyParser, py_mpub_spans

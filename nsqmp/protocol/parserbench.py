@@ -2,7 +2,7 @@
 
 Three read buffers a busy acceptor sees, built once:
 
-  mpub      one MPUB of ``--batch`` messages of ``--size`` bytes: scan, then split_mpub
+  mpub      one MPUB of ``--batch`` messages of ``--size`` bytes: scan, then mpub_spans
             (what cmd_mpub does before the publisher)
   pub       64 KiB of pipelined PUBs of ``--size`` bytes: scan until the buffer is done
   fin_rdy   64 KiB of a consumer's FINs with an RDY every 100: scan until the buffer is done
@@ -23,7 +23,7 @@ import orjson
 
 from nsqmp.client import wire
 from nsqmp.protocol import pyparser
-from nsqmp.protocol.parser import SCAN_MORE, NativeParser, native_split_mpub
+from nsqmp.protocol.parser import SCAN_MORE, NativeParser, native_mpub_spans
 
 MAX_MSG = 1024 * 1024
 MAX_BODY = 5 * 1024 * 1024
@@ -50,10 +50,10 @@ def _work(impl: str, name: str, buf: bytes) -> Callable[[], Any]:
     """A closure doing the parser's share of the acceptor's work on buf once."""
     if impl == "native":
         scan = NativeParser(MAX_MSG, MAX_BODY).scan
-        split = native_split_mpub
+        split = native_mpub_spans
     else:
         scan = pyparser.PyParser(MAX_MSG, MAX_BODY).scan
-        split = pyparser.split_mpub
+        split = pyparser.mpub_spans
     if name == "mpub":
         def mpub() -> Any:
             commands, _end, _status, _err = scan(buf, 0)

@@ -19,8 +19,8 @@ the buffer from ``pos`` and returns ``(commands, end, status, error)``:
 - ``status``: why the scan stopped (``SCAN_*``).
 - ``error``: ``(code, text)`` with ``SCAN_BAD_BODY``, else None.
 
-``split_mpub`` / ``mpub_spans`` validate an MPUB body as nsqd does and return its
-messages (bytes, or packed little-endian u32 ``(offset, size)`` pairs) or the error.
+``mpub_spans`` validates an MPUB body as nsqd does and returns its messages as packed
+little-endian u32 ``(offset, size)`` pairs, or the error.
 """
 from __future__ import annotations
 
@@ -213,18 +213,10 @@ def _mpub_walk(buf: Buffer, start: int, length: int, max_msg_size: int, max_body
     return data, spans, None
 
 
-def split_mpub(buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
-               ) -> tuple[list[bytes] | None, ClientErrorText | None]:
-    """The messages of an MPUB body: (list of bytes, None) or (None, (code, text))."""
-    data, spans, error = _mpub_walk(buf, start, length, max_msg_size, max_body_size)
-    if spans is None:
-        return None, error
-    return [bytes(data[off:off + size]) for off, size in spans], None
-
-
 def mpub_spans(buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /
                ) -> tuple[bytes | None, ClientErrorText | None]:
-    """Like split_mpub, as packed little-endian u32 (offset in buf, size) pairs."""
+    """The messages of an MPUB body as packed little-endian u32 (offset in buf, size) pairs:
+    (spans, None), or (None, (code, text)) at the first error."""
     data, spans, error = _mpub_walk(buf, start, length, max_msg_size, max_body_size)
     if spans is None:
         return None, error

@@ -1,4 +1,4 @@
-"""The NSQ V2 command parser: native (nsqmp._native.Parser, split_mpub, mpub_spans) and its
+"""The NSQ V2 command parser: native (nsqmp._native.Parser, mpub_spans) and its
 pure-Python twin (nsqmp.protocol.pyparser).
 
 Differential tests give both the same input and require the same answer, exceptions
@@ -66,7 +66,7 @@ def test_the_constants_are_the_twins():
 
 def test_the_chooser_picks_the_native_parser():
     n = native()
-    assert chooser.Parser is n.Parser and chooser.split_mpub is n.split_mpub
+    assert chooser.Parser is n.Parser
     assert chooser.mpub_spans is n.mpub_spans and chooser.NativeParser is n.Parser
 
 
@@ -178,14 +178,21 @@ def mpub_body(*bodies: bytes, count: int | None = None) -> bytes:
     (mpub_body(b"abc")[:-1], ("E_BAD_MESSAGE", "MPUB failed to read message body")),
 ])
 def test_mpub_errors(body, expected):
-    assert both(lambda impl: impl.split_mpub(body, 0, len(body), 100, 200)) == ("ok", (None, expected))
     assert both(lambda impl: impl.mpub_spans(body, 0, len(body), 100, 200)) == ("ok", (None, expected))
 
 
-def test_mpub_split_and_spans():
+def bodies(impl, buf, start, length, max_msg, max_body):
+    """The messages mpub_spans names, as bytes (or its error)."""
+    spans, error = impl.mpub_spans(buf, start, length, max_msg, max_body)
+    if spans is None:
+        return None, error
+    return [bytes(buf[o:o + n]) for o, n in struct.iter_unpack("<II", spans)], None
+
+
+def test_mpub_spans():
     body = b"head" + mpub_body(b"a", b"bc", b"y" * 100) + b"trailing bytes are ignored"
     length = len(body) - 4
-    assert both(lambda impl: impl.split_mpub(body, 4, length, 100, 200)) == ("ok", ([b"a", b"bc", b"y" * 100], None))
+    assert both(lambda impl: bodies(impl, body, 4, length, 100, 200)) == ("ok", ([b"a", b"bc", b"y" * 100], None))
     spans = struct.pack("<6I", 12, 1, 17, 2, 23, 100)
     assert both(lambda impl: impl.mpub_spans(bytearray(body), 4, length, 100, 200)) == ("ok", (spans, None))
 
@@ -193,8 +200,6 @@ def test_mpub_split_and_spans():
 @pytest.mark.parametrize("start, length", [(-1, 4), (0, -1), (3, 20), (30, 0)])
 def test_mpub_bad_arguments_alike(start, length):
     body = mpub_body(b"abc")
-    kind, _ = both(lambda impl: impl.split_mpub(body, start, length, 100, 200))
-    assert kind == "ValueError"
     kind, _ = both(lambda impl: impl.mpub_spans(body, start, length, 100, 200))
     assert kind == "ValueError"
 
@@ -203,7 +208,7 @@ def test_mpub_bad_arguments_alike(start, length):
 def test_mpub_count_limit_is_gos_division(max_body):
     # (max_body - 4) / 5 truncates toward zero in Go: 0 for max_body 0..8, never -1
     body = mpub_body(b"z")
-    kind, got = both(lambda impl: impl.split_mpub(body, 0, len(body), 100, max_body))
+    kind, got = both(lambda impl: bodies(impl, body, 0, len(body), 100, max_body))
     expected = ([b"z"], None) if max_body >= 9 else (None, ("E_BAD_BODY", "MPUB invalid message count 1"))
     assert got == expected
 
@@ -254,13 +259,11 @@ def test_scan_agrees_on_arbitrary_bytes(data, limits, pos_frac, max_commands, ki
 def test_mpub_agrees_on_arbitrary_bytes(data, start_frac, len_frac, max_msg, max_body):
     start = int(len(data) * start_frac)
     length = int((len(data) - start) * len_frac)
-    kind, split = both(lambda impl: impl.split_mpub(data, start, length, max_msg, max_body))
-    kind2, spans = both(lambda impl: impl.mpub_spans(bytearray(data), start, length, max_msg, max_body))
-    assert kind == kind2 == "ok"
-    assert split[1] == spans[1]
-    if split[0] is not None:
+    kind, spans = both(lambda impl: impl.mpub_spans(bytearray(data), start, length, max_msg, max_body))
+    assert kind == "ok"
+    if spans[0] is not None:
         pairs = list(struct.iter_unpack("<II", spans[0]))
-        assert split[0] == [data[o:o + n] for o, n in pairs]
+        assert all(start + 4 <= o and o + n <= start + length for o, n in pairs)
         assert all(0 < n <= max_msg for _, n in pairs)
 
 
@@ -384,7 +387,7 @@ def mpub_case(draw, valid: bool):
 @given(case=mpub_case(valid=True))
 def test_a_valid_mpub_body_comes_out_as_it_went_in(case):
     buf, start, length, max_msg, max_body, messages = case
-    assert both(lambda impl: impl.split_mpub(buf, start, length, max_msg, max_body)) == ("ok", (messages, None))
+    assert both(lambda impl: bodies(impl, buf, start, length, max_msg, max_body)) == ("ok", (messages, None))
     kind, (spans, error) = both(lambda impl: impl.mpub_spans(buf, start, length, max_msg, max_body))
     assert error is None
     assert [buf[o:o + n] for o, n in struct.iter_unpack("<II", spans)] == messages
@@ -394,8 +397,8 @@ def test_a_valid_mpub_body_comes_out_as_it_went_in(case):
 @given(case=mpub_case(valid=False))
 def test_near_valid_mpub_bodies_agree(case):
     buf, start, length, max_msg, max_body, messages = case
-    kind, (bodies, error) = both(lambda impl: impl.split_mpub(buf, start, length, max_msg, max_body))
-    assert kind == "ok" and (bodies is None) != (error is None)
+    kind, (got, error) = both(lambda impl: bodies(impl, buf, start, length, max_msg, max_body))
+    assert kind == "ok" and (got is None) != (error is None)
     assert both(lambda impl: impl.mpub_spans(buf, start, length, max_msg, max_body))[1][1] == error
     if error is not None:
         assert error[0] in ("E_BAD_BODY", "E_BAD_MESSAGE") and error[1].startswith("MPUB ")

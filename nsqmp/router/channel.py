@@ -56,11 +56,15 @@ class Flight:
         return [inf for inf in self.members if inf.flight is self]
 
 
+# the flight of an InFlight that has left its own (finished, requeued, timed out)
+LEFT = Flight(0, None, 0, 0)  # type: ignore[arg-type]
+
+
 @dataclass(slots=True, eq=False)
 class InFlight:
     message: Message
     attempts: int
-    flight: Flight | None  # None once it has left (finished, requeued, timed out)
+    flight: Flight  # LEFT once it has left
 
 
 @dataclass(slots=True)

@@ -9,12 +9,13 @@ import itertools
 import random
 import time
 from array import array
+from typing import Any
 
 import orjson
 
 from nsqmp import memstats
 from nsqmp.ipc import records
-from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, InFlight, Message
+from nsqmp.router.channel import LEFT, Channel, Consumer, Deferred, Flight, InFlight, Message
 from nsqmp.router.filequeue import read_span
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.readback import pack_frames, read_messages
@@ -197,6 +198,7 @@ class Router(Role):
                     self.check_cap(topic)
                 return
         if blob is None:
+            assert seg is not None  # PUBLISH_AT: always durable
             try:
                 blob = memoryview(read_span(seg.path, offset, size))
             except OSError as exc:
@@ -515,7 +517,7 @@ class Router(Role):
         c.flights.clear()
         for inf in mine:
             del ch.in_flight[inf.message.id]
-            inf.flight = None
+            inf.flight = LEFT
             ch.ready.appendleft((inf.message, inf.attempts))
             ch.requeue_count += 1
         if mine:
@@ -547,7 +549,7 @@ class Router(Role):
             if entry.message.segment is not None:
                 topic.release(entry.message.segment)
         for inf in ch.in_flight.values():
-            inf.flight = None
+            inf.flight = LEFT
             if inf.message.segment is not None:
                 topic.release(inf.message.segment)
         for seg, count in ch.pending.clear():
@@ -580,7 +582,7 @@ class Router(Role):
     def _leave(self, inf: InFlight) -> None:
         """inf leaves its flight; the flight's timer entry goes with its last member."""
         f = inf.flight
-        inf.flight = None
+        inf.flight = LEFT
         f.live -= 1
         if not f.live:
             self.tokens.pop(f.token, None)
@@ -611,7 +613,8 @@ class Router(Role):
         e2e = ch.e2e
         now = time.time_ns() if e2e is not None else 0
         done = 0
-        seg_run, offsets = None, []  # consecutive FINs of one file are acknowledged together
+        seg_run: Any = None  # consecutive FINs of one file are acknowledged together
+        offsets: list[int] = []
         for pos in ids:
             msg_id = rec[pos:pos + 16]
             inf = in_flight.get(msg_id)
@@ -620,7 +623,7 @@ class Router(Role):
                 continue
             del in_flight[msg_id]
             f = inf.flight  # inf leaves it (self._leave, inline)
-            inf.flight = None
+            inf.flight = LEFT
             f.live -= 1
             if not f.live:
                 del tokens[f.token]
@@ -704,7 +707,7 @@ class Router(Role):
                 in_flight, ready, n = ch.in_flight, ch.ready, 0
                 for inf in entry.members:
                     if inf.flight is entry:
-                        inf.flight = None
+                        inf.flight = LEFT
                         del in_flight[inf.message.id]
                         ready.append((inf.message, inf.attempts))
                         n += 1

@@ -34,11 +34,12 @@ mapping into a hole would, a SIGBUS). The writer uses pwrite rather than a share
 mapping: the bytes land in the same page cache, without a page fault per fresh 4 KiB
 page (about 30 % less CPU per append, measured), and a sync is an fdatasync.
 
-The `OK` never waits for a sync (as in nsqd, --sync-every and --sync-timeout bound how
-much a power loss can take), so the syncs of a live writer run on one background thread
-(fdatasync releases the GIL): a sync of tens of MB at a file's roll took the acceptor's
-loop, and every publish and delivery on it, 50-140 ms. The jobs run in order, and a
-file's descriptor is closed by the last job that names it. close() waits for them.
+Unless --sync-every is 1 (then each append syncs before it returns, and its OK waits for
+that), the OK does not wait for a sync: --sync-every and --sync-timeout bound how much
+a power loss can take, as in nsqd. Those syncs run on one background thread (fdatasync
+releases the GIL): a sync of tens of MB at a file's roll took the acceptor's loop, and
+every publish and delivery on it, 50-140 ms. The jobs run in order, and a file's
+descriptor is closed by the last job that names it. close() waits for them.
 """
 from __future__ import annotations
 
@@ -188,7 +189,10 @@ class SegmentWriter:
         self._pwrite(blob, offset)
         self.pos = end
         self._unsynced += 1
-        if self.sync_every and self._unsynced >= self.sync_every:
+        if self.sync_every == 1:  # strict: this append's OK waits for its sync
+            os.fdatasync(self._fd)
+            self._unsynced = 0
+        elif self.sync_every and self._unsynced >= self.sync_every:
             self.sync()
         return self.seq, offset
 

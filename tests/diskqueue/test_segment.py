@@ -144,3 +144,19 @@ def test_a_roll_syncs_and_closes_the_full_file_in_the_background(tmp_path):
     open_fds = os.listdir("/proc/self/fd")
     assert not any(os.readlink(f"/proc/self/fd/{fd}").endswith(".seg") for fd in open_fds
                    if os.path.exists(f"/proc/self/fd/{fd}"))
+
+
+def test_sync_every_one_syncs_in_place_and_others_in_the_background(tmp_path):
+    """--sync-every 1 is strict: the append returns after its own fdatasync (nothing left
+    for a background job); a larger value hands its syncs to the background thread."""
+    strict = SegmentWriter(str(tmp_path / "strict"), 0, 1 << 20, 1)
+    strict.append(encode([bytes(26) + b"a"]))
+    assert strict._unsynced == 0 and strict._last_job is None
+    strict.close()
+    lazy = SegmentWriter(str(tmp_path / "lazy"), 0, 1 << 20, 2)
+    lazy.append(encode([bytes(26) + b"a"]))
+    assert lazy._unsynced == 1 and lazy._last_job is None
+    lazy.append(encode([bytes(26) + b"b"]))
+    assert lazy._unsynced == 0 and lazy._last_job is not None
+    lazy.close()
+    assert lazy._last_job is None

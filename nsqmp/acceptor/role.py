@@ -236,6 +236,12 @@ class Acceptor(Role):
                 self.endpoint.send(self.plan.router_slot(j), rec)
 
     # -- records from routers ----------------------------------------------------------
+    def deliver_waiting(self) -> None:
+        """Hand out what the routers sent (message frames above all) now, before a
+        publisher's batch is written: on a loop busy with MPUBs, consumers' deliveries
+        otherwise wait for every publish of the tick (mixed workload: "out" about 1.2x)."""
+        self.endpoint.drain(self.on_record)
+
     def on_record(self, src: int, rec: bytes) -> None:
         kind = rec[0]
         if kind == records.DELIVER:

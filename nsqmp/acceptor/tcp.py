@@ -430,6 +430,7 @@ class V2Connection(asyncio.Protocol):
         spans, bad = mpub_spans(self.buf, body_off, body_len, self.opts.max_msg_size, self.opts.max_body_size)
         if spans is None:
             raise FatalClientError(*bad)
+        self.server.deliver_waiting()
         self._publish(topic, spans, E.E_MPUB_FAILED, "MPUB")
 
     def cmd_dpub(self, params: Params, body_off: int, body_len: int) -> None:

@@ -111,6 +111,7 @@ class Endpoint:
         self._pending: dict[int, list[bytes | bytearray]] = {dst: [] for dst in self.out}
         self._blocked: set[int] = set()
         self._flush_scheduled = False
+        self._draining = False
         self._schedule: Callable[[Callable[[], None]], object] | None = None
         self.on_unblocked: Callable[[], None] | None = None
 
@@ -178,17 +179,26 @@ class Endpoint:
 
     # -- receiving -----------------------------------------------------------
     def drain(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
-        """Pop what is waiting on every inbound ring and hand each record to handle()."""
+        """Pop what is waiting on every inbound ring and hand each record to handle().
+
+        A drain started from inside handle() does nothing: it would handle later records
+        of a ring before the earlier ones still in the outer drain's hands."""
+        if self._draining:
+            return 0
+        self._draining = True
         total = 0
-        for src, ring in self.inp.items():
-            records = ring.pop_many(max_records)
-            if not records:
-                continue
-            total += len(records)
-            if ring.take_producer_wakeup():
-                self._doorbells[src].ring()
-            for record in records:
-                handle(src, record)
+        try:
+            for src, ring in self.inp.items():
+                records = ring.pop_many(max_records)
+                if not records:
+                    continue
+                total += len(records)
+                if ring.take_producer_wakeup():
+                    self._doorbells[src].ring()
+                for record in records:
+                    handle(src, record)
+        finally:
+            self._draining = False
         if self._blocked:
             self.flush()  # calls on_unblocked once every ring took its backlog
         return total

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from nsqmp import memstats
+from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD
 from nsqmp.ipc import records
 from nsqmp.router.channel import LEFT, Channel, Consumer, Deferred, Flight, InFlight, Message
 from nsqmp.router.filequeue import read_span
@@ -31,6 +32,8 @@ _GC_NEVER = 2**31 - 1  # gen-2 threshold: a full collection never runs by itself
 # one, objects only cost memory: a range is read back in C at millions of messages per
 # second, from pages the kernel caches anyway.
 _MIN_IN_MEMORY = 100
+_RECORD_OVERHEAD = RECORD_HEAD.size + MIN_PAYLOAD  # a record's bytes besides its body and due time
+_DUE_SIZE = 8  # a DEFER record's due time
 _MAX_IN_MEMORY = 10_000
 
 
@@ -214,14 +217,13 @@ class Router(Role):
             if msgs:
                 consumed = offset + consumed - msgs[0][0].offset  # the new records are the batch's tail
                 deferred = sum(1 for _, due in msgs if due)
-        # record bytes; bodies are what is left after each record's head, message header
-        # and (DEFER records, those with a due time) due time
-        added = consumed
-        nbytes = consumed - 34 * len(msgs) - 8 * deferred
+        # bodies are what the records hold past each one's head, message header and (DEFER
+        # records, those with a due time) due time
+        nbytes = consumed - _RECORD_OVERHEAD * len(msgs) - _DUE_SIZE * deferred
         if not msgs:
             return
         if seg is not None:
-            topic.count_bytes(seg, added)
+            topic.count_bytes(seg, consumed)
         self._adopt(topic, msgs, nbytes, lazy, (seg, offset, span_end, count))
         if seg is not None and self.opts.max_topic_bytes:
             self.check_cap(topic)
@@ -243,7 +245,7 @@ class Router(Role):
         topic.hwm[seg.acceptor] = (seg.seq, end - 1)  # past every record of the batch
         topic.count_bytes(seg, size)
         topic.message_count += count
-        topic.message_bytes += size - count * 34  # record head 8 + timestamp, attempts, id 26
+        topic.message_bytes += size - count * _RECORD_OVERHEAD
         self._queue_range(topic, (seg, start, end, count), list(topic.channels.values()))
 
     def _queue_range(self, topic: Topic, span: tuple, channels: list) -> None:

@@ -16,6 +16,7 @@ int nsqmp_publish_add(PyObject *module); /* publish.c */
 int nsqmp_acklog_add(PyObject *module);  /* acklog.c */
 int nsqmp_benchclient_add(PyObject *module); /* benchclient.c */
 int nsqmp_readback_add(PyObject *module); /* readback.c */
+int nsqmp_inflight_add(PyObject *module); /* inflight.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -25,6 +26,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_acklog_add,
     nsqmp_benchclient_add,
     nsqmp_readback_add,
+    nsqmp_inflight_add,
 };
 
 static int

@@ -1,7 +1,8 @@
 """A channel: its queue, its consumers and the delivery state of every message it holds.
 
 One stored copy per message (a Message shared by every channel of the topic); what is
-per channel is the queue entry (message, attempts) and the in-flight record.
+per channel is the queue entry (message, attempts) and the in-flight entry (message,
+attempts, flight) in the channel's InFlightMap.
 """
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nsqmp.router.filequeue import FileQueue
+from nsqmp.router.inflight import InFlightMap  # native/inflight.c, or its twin router/pyinflight.py
 from nsqmp.router.readback import Message  # native/readback.c, or its twin router/pyreadback.py
 
 if TYPE_CHECKING:
     from nsqmp.router.latency import E2eLatency
     from nsqmp.router.topic import Topic
 
-__all__ = ["Channel", "Consumer", "Deferred", "InFlight", "Message"]
+__all__ = ["Channel", "Consumer", "Deferred", "Flight", "Message"]
 
 
 @dataclass(eq=False)
@@ -43,28 +45,15 @@ class Flight:
 
     A message leaves its flight when it is finished, requeued or touched (a TOUCH gives it
     a flight of its own); the timer entry is disarmed when the last one has left, and the
-    flight's messages still in it time out together when it fires.
+    flight's messages still in it time out together when it fires. Which members are
+    still in it is the channel's InFlightMap's to say (each entry names its flight).
     """
     token: int
     consumer: Consumer
     deadline: int  # CLOCK_MONOTONIC ns
     delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
     live: int = 0  # members still in this flight
-    members: list = field(default_factory=list)  # InFlight (those with .flight is self are live)
-
-    def alive(self) -> list:
-        return [inf for inf in self.members if inf.flight is self]
-
-
-# the flight of an InFlight that has left its own (finished, requeued, timed out)
-LEFT = Flight(0, None, 0, 0)  # type: ignore[arg-type]
-
-
-@dataclass(slots=True, eq=False)
-class InFlight:
-    message: Message
-    attempts: int
-    flight: Flight  # LEFT once it has left
+    members: list = field(default_factory=list)  # the Messages it went out with
 
 
 @dataclass(slots=True)
@@ -86,7 +75,7 @@ class Channel:
     start: dict | None = None  # per acceptor stream: last record published before we existed
     ready: deque = field(default_factory=deque)  # (Message, attempts delivered so far)
     pending: FileQueue = field(default_factory=FileQueue)  # queued behind ready, still in the files
-    in_flight: dict = field(default_factory=dict)  # message id -> InFlight
+    in_flight: InFlightMap = field(default_factory=InFlightMap)  # message id -> (Message, attempts, Flight)
     deferred: dict = field(default_factory=dict)  # token -> Deferred
     consumers: dict = field(default_factory=dict)  # conn -> Consumer
     message_count: int = 0

@@ -9,6 +9,7 @@ import itertools
 import random
 import time
 from array import array
+from collections import deque
 from typing import Any
 
 import orjson
@@ -16,7 +17,7 @@ import orjson
 from nsqmp import memstats
 from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD
 from nsqmp.ipc import records
-from nsqmp.router.channel import LEFT, Channel, Consumer, Deferred, Flight, InFlight, Message
+from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, Message
 from nsqmp.router.filequeue import read_span
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.readback import pack_frames, read_messages
@@ -104,9 +105,10 @@ class Router(Role):
             topic.sync()
         # a flight keeps its members until the last leaves: drop those gone from big ones
         for c in self.consumers.values():
+            in_flight = c.channel.in_flight
             for f in c.flights.values():
                 if len(f.members) > 64 and f.live * 4 < len(f.members):
-                    f.members = f.alive()
+                    f.members = in_flight.alive(f.members, f)
         if not self._stopping:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
@@ -512,17 +514,15 @@ class Router(Role):
         ch = c.channel
         ch.consumers.pop(c.conn, None)
         # its own flights, not a walk of the channel's whole in-flight set
-        mine = [inf for f in c.flights.values() for inf in f.members if inf.flight is f]
-        for token in c.flights:
+        back: deque = deque()
+        for token, f in c.flights.items():
+            ch.in_flight.land(f.members, f, back)
             self.tokens.pop(token, None)
             self._disarms.append(token)
         c.flights.clear()
-        for inf in mine:
-            del ch.in_flight[inf.message.id]
-            inf.flight = LEFT
-            ch.ready.appendleft((inf.message, inf.attempts))
-            ch.requeue_count += 1
-        if mine:
+        ch.ready.extendleft(reversed(back))  # at the head, in the order they went out
+        ch.requeue_count += len(back)
+        if back:
             self._mark(ch)
             self._flush_timer_soon()
         if ch.ephemeral and not ch.consumers:
@@ -550,10 +550,9 @@ class Router(Role):
             self._disarms.append(entry.token)
             if entry.message.segment is not None:
                 topic.release(entry.message.segment)
-        for inf in ch.in_flight.values():
-            inf.flight = LEFT
-            if inf.message.segment is not None:
-                topic.release(inf.message.segment)
+        for m, _, _ in ch.in_flight.entries():
+            if m.segment is not None:
+                topic.release(m.segment)
         for seg, count in ch.pending.clear():
             topic.release(seg, count)
         ch.ready.clear()
@@ -571,31 +570,30 @@ class Router(Role):
         self.endpoint.send(records.conn_acceptor(conn),
                            records.CONN_ERR_HEAD.pack(records.CONN_ERR, conn, fatal) + text.encode())
 
-    def _owned(self, conn: int, msg_id: bytes, cmd: str) -> InFlight | None:
-        """The in-flight entry if this connection may FIN/REQ/TOUCH it, else a non-fatal error."""
+    def _owned(self, conn: int, msg_id: bytes, cmd: str) -> tuple | None:
+        """The in-flight entry (Message, attempts, Flight) if this connection may
+        FIN/REQ/TOUCH it, else None after a non-fatal error."""
         c = self.consumers.get(conn)
-        inf = c.channel.in_flight.get(msg_id) if c is not None else None
-        if inf is not None and inf.flight.consumer is c:
-            return inf
-        why = "ID not in flight" if inf is None else "client does not own message"
+        entry = c.channel.in_flight.get(msg_id) if c is not None else None
+        if entry is not None and entry[2].consumer is c:
+            return entry
+        why = "ID not in flight" if entry is None else "client does not own message"
         self._error(conn, False, f"E_{cmd}_FAILED {cmd} {msg_id.decode(errors='replace')} failed {why}")
         return None
 
-    def _leave(self, inf: InFlight) -> None:
-        """inf leaves its flight; the flight's timer entry goes with its last member."""
-        f = inf.flight
-        inf.flight = LEFT
+    def _leave(self, f: Flight) -> None:
+        """A message has left flight f; the flight's timer entry goes with its last member."""
         f.live -= 1
         if not f.live:
             self.tokens.pop(f.token, None)
             self._disarms.append(f.token)
             f.consumer.flights.pop(f.token, None)
 
-    def _take(self, inf: InFlight) -> Consumer:
-        """Remove an in-flight entry (REQ): no longer the consumer's, nor the timer's."""
-        c = inf.flight.consumer
-        del c.channel.in_flight[inf.message.id]
-        self._leave(inf)
+    def _take(self, msg_id: bytes, f: Flight) -> Consumer:
+        """Take a message out of flight f (REQ): no longer the consumer's, nor the timer's."""
+        c = f.consumer
+        c.channel.in_flight.remove(msg_id)
+        self._leave(f)
         c.in_flight -= 1
         self._mark(c.channel)
         return c
@@ -612,6 +610,7 @@ class Router(Role):
         ch = c.channel
         topic = ch.topic
         in_flight, flights, tokens, disarm = ch.in_flight, c.flights, self.tokens, self._disarms.append
+        remove = in_flight.remove
         e2e = ch.e2e
         now = time.time_ns() if e2e is not None else 0
         done = 0
@@ -619,20 +618,18 @@ class Router(Role):
         offsets: list[int] = []
         for pos in ids:
             msg_id = rec[pos:pos + 16]
-            inf = in_flight.get(msg_id)
-            if inf is None or inf.flight.consumer is not c:
+            entry = in_flight.get(msg_id)
+            if entry is None or entry[2].consumer is not c:
                 self._owned(conn, msg_id, "FIN")
                 continue
-            del in_flight[msg_id]
-            f = inf.flight  # inf leaves it (self._leave, inline)
-            inf.flight = LEFT
+            remove(msg_id)
+            m, _, f = entry  # m leaves f (self._leave, inline)
             f.live -= 1
             if not f.live:
                 del tokens[f.token]
                 disarm(f.token)
                 del flights[f.token]
             done += 1
-            m = inf.message
             if e2e is not None:
                 e2e.insert(now - m.ts)
             seg = m.segment
@@ -657,31 +654,33 @@ class Router(Role):
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""
         _, conn, delay_ms, msg_id = records.REQ_HEAD.unpack(rec)
-        inf = self._owned(conn, msg_id, "REQ")
-        if inf is None:
+        entry = self._owned(conn, msg_id, "REQ")
+        if entry is None:
             return
-        c = self._take(inf)
+        m, attempts, f = entry
+        c = self._take(msg_id, f)
         c.requeue_count += 1
         ch = c.channel
         ch.requeue_count += 1
         if delay_ms:
-            self._defer(ch, inf.message, inf.attempts, time.monotonic_ns() + delay_ms * 1_000_000)
+            self._defer(ch, m, attempts, time.monotonic_ns() + delay_ms * 1_000_000)
         else:
-            ch.ready.append((inf.message, inf.attempts))
+            ch.ready.append((m, attempts))
 
     def on_touch(self, src: int, rec: bytes) -> None:
         _, conn, msg_id = records.CONN_ID.unpack(rec)
-        inf = self._owned(conn, msg_id, "TOUCH")
-        if inf is None:
+        entry = self._owned(conn, msg_id, "TOUCH")
+        if entry is None:
             return
-        f = inf.flight
+        m, _, f = entry
         c = f.consumer
         timeout = int(c.info.get("msg_timeout", 60000)) * 1_000_000
         deadline = min(time.monotonic_ns() + timeout, f.delivered + int(self.opts.max_msg_timeout * 1e9))
         if f.live > 1:  # it leaves its delivery pass's flight for one of its own
-            self._leave(inf)
-            f = Flight(next(self._token_seq), c, deadline, f.delivered, 1, [inf])
-            inf.flight = c.flights[f.token] = self.tokens[f.token] = f
+            self._leave(f)
+            f = Flight(next(self._token_seq), c, deadline, f.delivered, 1, [m])
+            c.flights[f.token] = self.tokens[f.token] = f
+            c.channel.in_flight.move(msg_id, f)
         f.deadline = deadline
         self._arms.append(f.token)  # a new entry, or the same one moved
         self._arms.append(deadline)
@@ -706,13 +705,7 @@ class Router(Role):
                 c = entry.consumer
                 ch = c.channel
                 del c.flights[token]
-                in_flight, ready, n = ch.in_flight, ch.ready, 0
-                for inf in entry.members:
-                    if inf.flight is entry:
-                        inf.flight = LEFT
-                        del in_flight[inf.message.id]
-                        ready.append((inf.message, inf.attempts))
-                        n += 1
+                n = ch.in_flight.land(entry.members, entry, ch.ready)
                 c.in_flight -= n
                 ch.timeout_count += n
             if ch is not last:
@@ -785,21 +778,13 @@ class Router(Role):
                 n = min(c.credit, len(ready))
                 if n <= 0:
                     break
-                add = out.setdefault(c.conn, []).append
                 # one flight (deadline, timer entry) for everything this pass hands c
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
                 flight = Flight(next_token(), c, deadline, now, n)
                 tokens[flight.token] = c.flights[flight.token] = flight
                 arm(flight.token)
                 arm(deadline)
-                member = flight.members.append
-                for _ in range(n):
-                    m, attempts = ready.popleft()
-                    attempts += 1
-                    inf = InFlight(m, attempts, flight)
-                    in_flight[m.id] = inf
-                    member(inf)
-                    add((m, attempts))
+                in_flight.fly(ready, n, flight, flight.members, out.setdefault(c.conn, []))
                 c.in_flight += n
                 c.message_count += n
                 if not ready:

@@ -1,0 +1,83 @@
+"""Pure-Python twin of ``InFlightMap`` (``native/inflight.c``): same API, same results.
+
+A channel's messages in flight, by message id: (message, attempts, flight) each.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["InFlightMap"]
+
+
+class InFlightMap:
+    __slots__ = ("_map",)
+
+    def __init__(self) -> None:
+        self._map: dict[bytes, tuple] = {}  # id -> (message, attempts, flight)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __contains__(self, msg_id: object) -> bool:
+        return msg_id in self._map
+
+    def get(self, msg_id: bytes) -> tuple | None:
+        """(message, attempts, flight) of the message in flight with this id, or None."""
+        return self._map.get(msg_id)
+
+    def put(self, message, attempts: int, flight) -> None:
+        """message.id is in flight in `flight` with `attempts` (replacing any entry of that id)."""
+        if not isinstance(message.id, bytes) or len(message.id) != 16:
+            raise ValueError("a message id must be 16 bytes")
+        if not 0 <= attempts <= 0xFFFFFFFF:
+            raise OverflowError("attempts does not fit in 32 bits")
+        self._map[message.id] = (message, attempts, flight)
+
+    def remove(self, msg_id: bytes) -> None:
+        """Takes the message with this id out of flight; KeyError if it is not in flight."""
+        del self._map[msg_id]
+
+    def move(self, msg_id: bytes, flight) -> None:
+        """The message with this id is now in `flight` (TOUCH); KeyError if not in flight."""
+        message, attempts, _ = self._map[msg_id]
+        self._map[msg_id] = (message, attempts, flight)
+
+    def fly(self, ready: deque, n: int, flight, members: list, out: list) -> int:
+        """One delivery pass for one consumer: up to n entries from the left of `ready`
+        go in flight in `flight` with attempts + 1; each message is appended to
+        `members` and (message, attempts + 1) to `out`. Returns how many it took."""
+        took = 0
+        while took < n and ready:
+            message, attempts = ready.popleft()
+            attempts += 1
+            self.put(message, attempts, flight)
+            members.append(message)
+            out.append((message, attempts))
+            took += 1
+        return took
+
+    def land(self, members: list, flight, ready: deque) -> int:
+        """Every message of `members` still in flight in `flight` leaves it and is
+        appended to `ready` as (message, attempts), in members' order. Returns how many."""
+        landed = 0
+        for message in members:
+            entry = self._map.get(message.id)
+            if entry is not None and entry[0] is message and entry[2] is flight:
+                del self._map[message.id]
+                ready.append((message, entry[1]))
+                landed += 1
+        return landed
+
+    def alive(self, members: list, flight) -> list:
+        """The messages of `members` still in flight in `flight`, in order."""
+        held = self._map
+        return [m for m in members
+                if (e := held.get(m.id)) is not None and e[0] is m and e[2] is flight]
+
+    def entries(self) -> list:
+        """Every (message, attempts, flight) in flight, in no particular order."""
+        return list(self._map.values())
+
+    def clear(self) -> None:
+        """Nothing is in flight any more."""
+        self._map.clear()

@@ -1,0 +1,243 @@
+"""A channel's messages in flight: InFlightMap, native (native/inflight.c) and its
+pure-Python twin (nsqmp.router.pyinflight), against a plain dict model written here.
+
+The differential test runs random sequences of every operation on all three and
+requires the same results (or the same error) after each step.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from collections import deque
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsqmp.router import inflight as chooser
+from nsqmp.router import pyinflight
+from nsqmp.router.readback import Message
+from tests.harness import native_module
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+IMPLS = ["native", "python"]
+
+
+def make(name: str):
+    return native_module("InFlightMap").InFlightMap() if name == "native" else pyinflight.InFlightMap()
+
+
+def message(k: int) -> Message:
+    return Message(f"{k:016x}".encode(), k, b"body", None, k)
+
+
+class Flight:  # stands in for router.channel.Flight: the map only compares identity
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class Model:
+    """What the map must do, in the plainest words."""
+
+    def __init__(self) -> None:
+        self.held: dict[bytes, tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def __contains__(self, msg_id) -> bool:
+        return msg_id in self.held
+
+    def get(self, msg_id):
+        return self.held.get(msg_id)
+
+    def put(self, m, attempts, flight):
+        self.held[m.id] = (m, attempts, flight)
+
+    def remove(self, msg_id):
+        del self.held[msg_id]
+
+    def move(self, msg_id, flight):
+        m, attempts, _ = self.held[msg_id]
+        self.held[msg_id] = (m, attempts, flight)
+
+    def fly(self, ready, n, flight, members, out):
+        took = 0
+        for _ in range(min(n, len(ready))):
+            m, attempts = ready.popleft()
+            self.held[m.id] = (m, attempts + 1, flight)
+            members.append(m)
+            out.append((m, attempts + 1))
+            took += 1
+        return took
+
+    def land(self, members, flight, ready):
+        landed = 0
+        for m in members:
+            e = self.held.get(m.id)
+            if e is not None and e[0] is m and e[2] is flight:
+                del self.held[m.id]
+                ready.append((m, e[1]))
+                landed += 1
+        return landed
+
+    def alive(self, members, flight):
+        return [m for m in members if (e := self.held.get(m.id)) is not None and e[0] is m and e[2] is flight]
+
+    def entries(self):
+        return list(self.held.values())
+
+    def clear(self):
+        self.held.clear()
+
+
+MSGS = [message(k) for k in range(24)]
+FLIGHTS = [Flight(f"f{i}") for i in range(3)]
+ids = st.integers(0, len(MSGS) - 1)
+flights = st.integers(0, len(FLIGHTS) - 1)
+ops = st.one_of(
+    st.tuples(st.just("put"), ids, st.integers(0, 70000), flights),
+    st.tuples(st.just("remove"), ids),
+    st.tuples(st.just("remove_bad"), st.binary(max_size=20)),
+    st.tuples(st.just("move"), ids, flights),
+    st.tuples(st.just("get"), ids),
+    st.tuples(st.just("contains"), st.one_of(ids, st.binary(max_size=20))),
+    st.tuples(st.just("fly"), st.lists(st.tuples(ids, st.integers(0, 5)), max_size=12), st.integers(0, 14), flights),
+    st.tuples(st.just("land"), st.lists(ids, max_size=30), flights),
+    st.tuples(st.just("alive"), st.lists(ids, max_size=30), flights),
+    st.just(("clear",)),
+)
+
+
+def apply(target, op):
+    """The visible result of one operation: a value, or the type of the error."""
+    kind = op[0]
+    try:
+        if kind == "put":
+            return target.put(MSGS[op[1]], op[2], FLIGHTS[op[3]])
+        if kind == "remove":
+            return target.remove(MSGS[op[1]].id)
+        if kind == "remove_bad":
+            return target.remove(op[1])
+        if kind == "move":
+            return target.move(MSGS[op[1]].id, FLIGHTS[op[2]])
+        if kind == "get":
+            return target.get(MSGS[op[1]].id)
+        if kind == "contains":
+            key = MSGS[op[1]].id if isinstance(op[1], int) else op[1]
+            return key in target
+        if kind == "fly":
+            ready = deque((MSGS[k], a) for k, a in op[1])
+            members, out = [], []
+            took = target.fly(ready, op[2], FLIGHTS[op[3]], members, out)
+            return took, list(ready), members, out
+        if kind == "land":
+            ready = deque([("already", 0)])
+            landed = target.land([MSGS[k] for k in op[1]], FLIGHTS[op[2]], ready)
+            return landed, list(ready)
+        if kind == "alive":
+            return target.alive([MSGS[k] for k in op[1]], FLIGHTS[op[2]])
+        if kind == "clear":
+            return target.clear()
+    except Exception as exc:  # noqa: BLE001 - the error's type is the result compared
+        return type(exc)
+    raise AssertionError(op)
+
+
+def state(target) -> tuple:
+    return len(target), sorted(((m.id, a, f.name) for m, a, f in target.entries()))
+
+
+@FUZZ
+@given(st.lists(ops, max_size=60))
+def test_native_and_twin_do_what_the_model_does(sequence):
+    model, targets = Model(), [make(name) for name in IMPLS]
+    for op in sequence:
+        want = apply(model, op)
+        for name, target in zip(IMPLS, targets):
+            assert apply(target, op) == want, (name, op)
+            assert state(target) == state(model), (name, op)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_a_hundred_thousand_in_flight_time_out_and_go_again(name):
+    """Growth, removals that shift runs back, shrinking: nothing lost on the way."""
+    held = make(name)
+    msgs = [message(k) for k in range(100_000)]
+    ready = deque((m, 0) for m in msgs)
+    first, second = Flight("first"), Flight("second")
+    members, out = [], []
+    assert held.fly(ready, 60_000, first, members, out) == 60_000
+    assert held.fly(ready, 60_000, second, [], out) == 40_000
+    assert len(held) == 100_000 and not ready
+    for m in msgs[::3]:  # FINs
+        held.remove(m.id)
+    assert held.land(members, first, ready) == len([k for k in range(60_000) if k % 3])
+    assert [m for m, _ in ready] == [m for k, m in enumerate(msgs[:60_000]) if k % 3]
+    assert all(a == 1 for _, a in ready)
+    assert len(held) == len([k for k in range(60_000, 100_000) if k % 3])
+    for m in msgs[60_000:]:
+        e = held.get(m.id)
+        assert (e is None) == (int(m.id, 16) % 3 == 0)
+        if e is not None:
+            assert e[0] is m and e[1] == 1 and e[2] is second
+            held.remove(m.id)
+    assert len(held) == 0 and held.entries() == []
+    assert held.get(msgs[1].id) is None
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_bad_arguments_raise(name):
+    held = make(name)
+    with pytest.raises(ValueError):
+        held.put(Message(b"short", 0, b"", None, 0), 1, FLIGHTS[0])
+    with pytest.raises(OverflowError):
+        held.put(MSGS[0], 1 << 40, FLIGHTS[0])
+    with pytest.raises(KeyError):
+        held.remove(MSGS[0].id)
+    with pytest.raises(KeyError):
+        held.move(MSGS[0].id, FLIGHTS[0])
+    with pytest.raises((TypeError, ValueError)):
+        held.fly(deque([MSGS[0]]), 1, FLIGHTS[0], [], [])
+    assert len(held) == 0 and held.get(b"x" * 40) is None and b"" not in held
+
+
+def test_native_keeps_no_stray_references():
+    held = make("native")
+    m, f = message(7), Flight("f")
+    before = sys.getrefcount(m), sys.getrefcount(f)
+    for _ in range(1000):
+        held.put(m, 3, f)
+        held.move(m.id, f)
+        held.remove(m.id)
+        held.fly(deque([(m, 1)]), 1, f, [], [])
+        held.land([m], f, deque())
+        held.put(m, 1, f)
+        held.clear()
+    assert (sys.getrefcount(m), sys.getrefcount(f)) == before
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_a_cycle_through_the_map_is_collected(name):
+    """channel -> map -> flight -> channel: freed when nothing else holds them."""
+
+    class Channel:
+        pass
+
+    ch = Channel()
+    ch.in_flight = make(name)
+    f = Flight("f")
+    f.channel = ch
+    ch.in_flight.put(message(1), 1, f)
+    gone = weakref.ref(ch)
+    del ch, f
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_chooser_picks_native_unless_told_otherwise():
+    if chooser.NATIVE:
+        assert chooser.InFlightMap is native_module("InFlightMap").InFlightMap
+    else:
+        assert chooser.InFlightMap is pyinflight.InFlightMap

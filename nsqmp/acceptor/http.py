@@ -277,6 +277,7 @@ async def h_stats(server, req: Request):
     channel = req.query.get("channel") or None
     include_clients = _bool_param(req.query.get("include_clients"), True)
     include_mem = _bool_param(req.query.get("include_mem"), True)
+    include_timer = _bool_param(req.query.get("include_timer"), False)  # nsqmp's own
     found: list = await server.gather_stats(topic, channel, include_clients)
     topics: list | None = None  # nsqd returns its empty Stats for a topic it does not have: null, null
     producers: list | None = None
@@ -297,6 +298,8 @@ async def h_stats(server, req: Request):
         "start_time": server.start_time,
         "topics": topics,
     }
+    if include_timer:
+        stats["nsqmp_fire_lateness"] = await server.gather_fire_lateness()
     if include_mem:  # omitempty in nsqd
         stats["memory"] = await server.gather_memory()
     stats["producers"] = producers

@@ -21,6 +21,7 @@ from nsqmp import memstats
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
+from nsqmp.router import lateness
 from nsqmp.roles import Role
 
 # a publisher stops being read while this many records wait for a full ring
@@ -183,6 +184,12 @@ class Acceptor(Role):
         topics = [t for reply in replies for t in reply.get("topics", [])]
         topics.sort(key=lambda t: t["topic_name"])
         return topics
+
+    async def gather_fire_lateness(self) -> dict:
+        """How late every router took its FIREs, per kind (see nsqmp.router.lateness)."""
+        replies = await self.ask_routers({"op": "fire_lateness"})
+        return {kind: lateness.summary([r[kind] for r in replies if kind in r])
+                for kind in ("timeouts", "deferred")}
 
     async def gather_memory(self) -> dict:
         """nsqd's "memory" block: this process and every router sampled, every broker

@@ -184,4 +184,5 @@ OPS = {
     "channel_pause": channel_pause,
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
+    "fire_lateness": lambda r, q: {kind: h.snapshot() for kind, h in r.fire_lateness.items()},
 }

@@ -19,6 +19,7 @@ from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD
 from nsqmp.ipc import records
 from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, Message
 from nsqmp.router.filequeue import read_span
+from nsqmp.router.lateness import FireLateness
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.readback import pack_frames, read_messages
 from nsqmp.router.topic import Topic
@@ -54,6 +55,8 @@ class Router(Role):
         self._arms = array("Q")  # token, deadline, token, deadline... for the next ARM
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
+        # how late FIREs are taken, per kind (router/lateness.py; /stats?include_timer=true)
+        self.fire_lateness = {"timeouts": FireLateness(), "deferred": FireLateness()}
         self.max_chunk = plan.ring_capacity // 4 - 64
         self.lookup = LookupLink(self)
         # PUT /config/...: router 0 keeps every option changed at run time (CONFIG_SET)
@@ -691,6 +694,8 @@ class Router(Role):
         """Deadlines passed: timed-out and deferred messages go back to their queues; one
         delivery pass for the whole record then hands them out."""
         pop = self.tokens.pop
+        now = time.monotonic_ns()
+        late_timeouts, late_deferred = self.fire_lateness["timeouts"], self.fire_lateness["deferred"]
         touched: set[Channel] = set()
         last = None
         for token in records.unpack_tokens(rec):
@@ -701,11 +706,14 @@ class Router(Role):
                 ch = entry.channel
                 del ch.deferred[token]
                 ch.ready.append((entry.message, entry.attempts))
+                late_deferred.add(now - entry.deadline)
             else:  # a flight: its members still in it time out together
                 c = entry.consumer
                 ch = c.channel
                 del c.flights[token]
                 n = ch.in_flight.land(entry.members, entry, ch.ready)
+                if n:
+                    late_timeouts.add(now - entry.deadline, n)
                 c.in_flight -= n
                 ch.timeout_count += n
             if ch is not last:

@@ -137,11 +137,17 @@ def run(coro) -> None:
 
 # -- timeouts -----------------------------------------------------------------------------------
 
+def fire_lateness(broker) -> dict:
+    """nsqmp's own /stats block: how late the routers took each kind of deadline."""
+    return broker.stats(include_timer="true", include_clients="false")["nsqmp_fire_lateness"]
+
+
 def test_timeout_redelivers_with_attempts_and_timeout_count(broker):
     """Not answered within msg_timeout (IDENTIFY): back with attempts + 1, timeout_count + 1."""
     async def scenario():
         inbox = Inbox(broker.tcp_address, "t_timeout", "ch", msg_timeout=1)
         await inbox.subscribed(broker)
+        fired_before = fire_lateness(broker)["timeouts"]["count"]
         await publish(broker, "t_timeout", [b"a", b"b"])
         first = {}
         for _ in range(2):
@@ -162,6 +168,10 @@ def test_timeout_redelivers_with_attempts_and_timeout_count(broker):
         assert (ch["timeout_count"], ch["requeue_count"], ch["message_count"]) == (3, 0, 2), ch
         client = inbox.client(broker)
         assert (client["message_count"], client["finish_count"], client["in_flight_count"]) == (5, 2, 0)
+        # the routers count each timed-out message in /stats?include_timer=true
+        late = fire_lateness(broker)["timeouts"]
+        assert late["count"] - fired_before == 3, late
+        assert 0 <= late["p50"] <= late["p99"] <= late["max"], late
         assert inbox.errors == []
         inbox.close()
 
@@ -307,6 +317,7 @@ def test_dpub_messages_arrive_in_due_time_order(broker):
         random.Random(4).shuffle(defers)
         bodies = [b"due-%05d" % d for d in defers]
         published = time.monotonic()
+        fired_before = fire_lateness(broker)["deferred"]["count"]
         await publish(broker, "t_order", bodies, defers)
         await settle(broker, "t_order", "ch", deferred_count=len(bodies), timeout=3)
         got = []
@@ -316,6 +327,7 @@ def test_dpub_messages_arrive_in_due_time_order(broker):
             assert at - published >= int(m.body[4:]) / 1000 - 0.005, (m.body, at - published)
             m.finish()
         assert got == sorted(bodies)
+        assert fire_lateness(broker)["deferred"]["count"] - fired_before == len(bodies)
         ch = await settle(broker, "t_order", "ch", in_flight_count=0, deferred_count=0)
         assert (ch["depth"], ch["message_count"], ch["timeout_count"]) == (0, len(bodies), 0), ch
         inbox.close()

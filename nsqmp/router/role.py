@@ -37,6 +37,10 @@ _MIN_IN_MEMORY = 100
 _RECORD_OVERHEAD = RECORD_HEAD.size + MIN_PAYLOAD  # a record's bytes besides its body and due time
 _DUE_SIZE = 8  # a DEFER record's due time
 _MAX_IN_MEMORY = 10_000
+# Messages one delivery pass hands out at most; more wait for the next pass, so that the
+# FIREs, FINs and publishes on the rings are taken in between (a pass of a million
+# messages would hold the loop, and every deadline, for about half a second)
+_PASS_MAX = 16_384
 
 
 class Router(Role):
@@ -49,7 +53,9 @@ class Router(Role):
         self.tokens: dict[int, Flight | Deferred] = {}  # every deadline the timer holds for us
         # tokens carry the incarnation so a timer entry of a dead router never matches ours
         self._token_seq = itertools.count((generation & 0xFFFFFF) << 40 | 1)
-        self._dirty: set[Channel] = set()
+        # channels with something to deliver, in the order they will be served (a dict as
+        # an ordered set: one a delivery pass could not finish goes to the back)
+        self._dirty: dict[Channel, None] = {}
         self._deliver_scheduled = False
         self._refills: set[Channel] = set()  # channels to top up from the files (_refill_soon)
         self._arms = array("Q")  # token, deadline, token, deadline... for the next ARM
@@ -134,7 +140,7 @@ class Router(Role):
 
     # -- scheduling of the delivery pass ------------------------------------------------
     def _mark(self, ch: Channel) -> None:
-        self._dirty.add(ch)
+        self._dirty[ch] = None
         if not self._deliver_scheduled:
             self._deliver_scheduled = True
             self.loop.call_soon(self._deliver)
@@ -536,7 +542,7 @@ class Router(Role):
         if topic.channels.pop(ch.name, None) is None:
             return
         self._clear_channel(ch)
-        self._dirty.discard(ch)
+        self._dirty.pop(ch, None)
         self.lookup.announce(False, topic.name, ch.name)
         if topic.ephemeral and not topic.channels and self.topics.pop(topic.name, None) is not None:
             self.lookup.announce(False, topic.name)
@@ -769,13 +775,18 @@ class Router(Role):
         arm = self._arms.append
         next_token = self._token_seq.__next__
         top_up: list[Channel] = []
-        for ch in self._dirty:
+        budget = _PASS_MAX
+        dirty = self._dirty
+        while dirty and budget > 0:
+            ch = next(iter(dirty))
+            del dirty[ch]
             if ch.paused:  # a paused topic's channels still deliver what they hold
                 continue
             ready = ch.ready
             if ch.pending:
                 if not ready:  # read now what the consumers can take now; the rest after this pass
-                    self._refill(ch, max(256, sum(c.credit for c in ch.consumers.values())))
+                    credit = sum(c.credit for c in ch.consumers.values())
+                    self._refill(ch, min(max(256, credit), ch.topic.in_memory, budget))
                 top_up.append(ch)
             if not ready:
                 continue
@@ -783,9 +794,10 @@ class Router(Role):
             for c in ch.with_credit():
                 if c.info.get("sample_rate"):
                     self._sample(ch, c)
-                n = min(c.credit, len(ready))
+                n = min(c.credit, len(ready), budget)
                 if n <= 0:
                     break
+                budget -= n
                 # one flight (deadline, timer entry) for everything this pass hands c
                 deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
                 flight = Flight(next_token(), c, deadline, now, n)
@@ -797,7 +809,12 @@ class Router(Role):
                 c.message_count += n
                 if not ready:
                     break
-        self._dirty.clear()
+            if budget <= 0:  # this channel may have more for its consumers: at the back
+                dirty[ch] = None
+        if dirty:  # the pass's budget ran out: the rest after what waits on the rings
+            if not self._deliver_scheduled:
+                self._deliver_scheduled = True
+                self.loop.call_soon(self._deliver)
         for conn, entries in out.items():
             self._send_frames(conn, entries)
         self._flush_timer()

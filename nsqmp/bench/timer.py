@@ -16,8 +16,11 @@ Starts its own broker (temporary data dir, port 0), then, at the same time:
   burst. The first deliveries come as fast as the MPUBs are taken, so the deadlines are
   spread over the publishing time, not all at once.
 
-Both are measured at the client, end to end (timer, router, acceptor, socket, client),
-not at the router's FIRE.
+Both are measured at the client, end to end (timer, router, acceptor, socket, client).
+fire_lateness_ms is the routers' own count (/stats?include_timer=true, see
+nsqmp.router.lateness): how long after each deadline the message was back in its queue,
+without the delivery and the client's share. "restarted" names any broker process the
+supervisor had to restart during the run (a crash).
 
 Reports the lateness distributions (p50/p90/p99/p99.9/max, ms), the timer's and the
 routers' CPU over the run (from /proc), and their CPU per million client operations that
@@ -51,7 +54,11 @@ _MAX_RDY = 2500
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """CPU time of a live process; NaN if it is gone (a crash: the run says which)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return float("nan")
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
@@ -147,6 +154,13 @@ def _dpub(addr: str, topic: str, count: int, defer_min: float, spread: float, se
     s.close()
 
 
+def _niced(nice: int, target, *a) -> None:
+    """Run a client process at a lower priority than the broker (see --client-nice)."""
+    if nice:
+        os.nice(nice)
+    target(*a)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nsqmp bench timer", description=__doc__.split("\n")[0])
     p.add_argument("--deferred", type=int, default=1_000_000)
@@ -156,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--msg-timeout", type=int, default=10_000, help="ms, for the in-flight messages")
     p.add_argument("--hold", type=float, default=45.0, help="seconds the in-flight load is held")
     p.add_argument("--consumer-procs", type=int, default=2)
+    p.add_argument("--client-nice", type=int, default=10,
+                   help="niceness added to the bench's publisher and consumer processes (0: none)")
     p.add_argument("--py-spy", metavar="OUT", help="profile router 0 with py-spy (on PATH, not a "
                    "dependency) for the whole run; collapsed stacks written to OUT")
     args = p.parse_args(argv)
@@ -187,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def spawn(target, *a) -> None:
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=target, args=(*a, send), daemon=True)
+                proc = ctx.Process(target=_niced, args=(args.client_nice, target, *a, send), daemon=True)
                 proc.start()
                 procs.append(proc)
                 pipes.append((target.__name__, recv))
@@ -228,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu = _cpu_seconds(timer_pid) - cpu0
             router_cpu = sum(_cpu_seconds(pid) for pid in router_pids) - router_cpu0
             elapsed = time.time() - t0
-            stats = broker.stats()
+            stats = broker.stats(include_timer="true")
+            restarted = sorted(name for name, pid in broker.children().items() if children.get(name) != pid)
         finally:
             if spy is not None:
                 spy.send_signal(2)
@@ -251,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "deferred_delivered": delivered_def,
         "deferred_lateness_ms": percentiles(deferred_late),
         "timeout_lateness_ms": percentiles(inflight_late),
+        "fire_lateness_ms": stats["nsqmp_fire_lateness"],
         "timeouts_fired": fired,
         "timer_cpu_seconds": round(cpu, 2),
         "timer_cpu_percent": round(100 * cpu / elapsed, 1),
@@ -260,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "timer_cpu_seconds_per_million_client_ops": round(cpu / client_ops * 1e6, 3) if client_ops else None,
         "router_cpu_seconds_per_million_client_ops":
             round(router_cpu / client_ops * 1e6, 3) if client_ops else None,
+        "restarted": restarted,
         "channels": {t["topic_name"]: {c["channel_name"]: {k: c[k] for k in ("depth", "in_flight_count",
                                                                               "deferred_count", "timeout_count")}
                                        for c in t["channels"]} for t in stats["topics"]},

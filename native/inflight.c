@@ -11,13 +11,15 @@
  *
  * The table is open addressing with linear probing, no tombstones (a removal
  * shifts the run behind it back), at most 7/10 full; it doubles when that is
- * passed and halves when it is under 1/8 full.  One slot, 40 bytes:
+ * passed and halves when it is under 1/8 full, moving its entries over a few at
+ * a time (see start_resize).  One slot, 40 bytes:
  *
  *   0        8        16         24          32      36        40
  *   | id[0:8] | id[8:16] | message * | flight *   | hash32 | attempts |
  *
- *   message == NULL: the slot is empty.  hash32: the low 32 bits of the id's
- *   hash (its home slot for tables up to 2^32 slots).
+ *   message == NULL: the slot is empty; MOVED: emptied, in a table being
+ *   resized away.  hash32: the low 32 bits of the id's hash (its home slot for
+ *   tables up to 2^32 slots).
  *
  * The map owns a reference to each message and flight it holds and takes part
  * in cycle collection (a flight refers to its consumer, which refers to the
@@ -30,21 +32,36 @@
 
 #define ID_LEN 16
 #define MIN_CAP 16
+#define STEP 16        /* old slots moved by each operation while a resize runs */
 
 typedef struct {
     uint8_t id[ID_LEN];
-    PyObject *message;   /* NULL: empty slot */
+    PyObject *message;   /* NULL: empty slot; MOVED: gone (old table only) */
     PyObject *flight;
     uint32_t hash;
     uint32_t attempts;
 } slot_t;
 
 typedef struct {
-    PyObject_HEAD
     slot_t *slots;
     size_t cap;      /* a power of two */
-    size_t count;
+    size_t live;     /* entries held */
+} table_t;
+
+typedef struct {
+    PyObject_HEAD
+    table_t cur;     /* where entries are put */
+    table_t old;     /* a table being moved into cur, STEP slots per operation (slots NULL: none) */
+    size_t cursor;   /* old slots before it are moved */
 } MapObject;
+
+/* A resize moves the entries a few at a time, so that no single call pays for
+ * the whole table (a million entries take some 60 ms to rehash at once): the old
+ * table stays readable meanwhile.  It is only read and emptied: an entry moved or
+ * removed from it leaves MOVED behind, which keeps its probe runs intact, and
+ * lookups try cur first, then old. */
+static char moved_marker;
+#define MOVED ((PyObject *)&moved_marker)
 
 static PyTypeObject Map_Type;
 static PyObject *str_id;        /* "id" */
@@ -73,79 +90,140 @@ id_bytes(PyObject *id)
     return (const uint8_t *)PyBytes_AS_STRING(id);
 }
 
-/* The slot holding id, or NULL. */
-static slot_t *
-find(MapObject *self, const uint8_t *id, uint32_t hash)
+static int
+is_live(const slot_t *s)
 {
-    size_t mask = self->cap - 1;
+    return s->message != NULL && s->message != MOVED;
+}
+
+static slot_t *
+find_in(const table_t *t, const uint8_t *id, uint32_t hash)
+{
+    size_t mask = t->cap - 1;
     for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        slot_t *s = &self->slots[i];
+        slot_t *s = &t->slots[i];
         if (s->message == NULL)
             return NULL;
-        if (s->hash == hash && memcmp(s->id, id, ID_LEN) == 0)
+        if (s->message != MOVED && s->hash == hash && memcmp(s->id, id, ID_LEN) == 0)
             return s;
     }
 }
 
-/* Places a slot's contents in a table with room (no such id in it). */
-static void
-place(slot_t *slots, size_t cap, const slot_t *src)
+/* The slot holding id (in cur or old), or NULL. */
+static slot_t *
+find(MapObject *self, const uint8_t *id, uint32_t hash)
 {
-    size_t mask = cap - 1;
-    size_t i = src->hash & mask;
-    while (slots[i].message != NULL)
-        i = (i + 1) & mask;
-    slots[i] = *src;
+    slot_t *s = find_in(&self->cur, id, hash);
+    if (s == NULL && self->old.slots != NULL)
+        s = find_in(&self->old, id, hash);
+    return s;
 }
 
 static int
-resize(MapObject *self, size_t cap)
+in_old(const MapObject *self, const slot_t *s)
+{
+    return self->old.slots != NULL && s >= self->old.slots && s < self->old.slots + self->old.cap;
+}
+
+/* Places a slot's contents in cur, which has room and no such id. */
+static void
+place(table_t *t, const slot_t *src)
+{
+    size_t mask = t->cap - 1;
+    size_t i = src->hash & mask;
+    while (t->slots[i].message != NULL)
+        i = (i + 1) & mask;
+    t->slots[i] = *src;
+    t->live++;
+}
+
+/* Moves up to n old slots into cur; frees old once all are. */
+static void
+step(MapObject *self, size_t n)
+{
+    table_t *old = &self->old;
+    if (old->slots == NULL)
+        return;
+    for (; n > 0 && self->cursor < old->cap; n--, self->cursor++) {
+        slot_t *s = &old->slots[self->cursor];
+        if (is_live(s)) {
+            place(&self->cur, s);
+            s->message = MOVED;
+            s->flight = NULL;
+            old->live--;
+        }
+    }
+    if (self->cursor == old->cap) {
+        PyMem_Free(old->slots);
+        old->slots = NULL;
+        old->cap = old->live = 0;
+    }
+}
+
+/* Starts moving everything into a new table of cap slots (any resize before
+ * it is finished first); -1 with MemoryError, the map unchanged. */
+static int
+start_resize(MapObject *self, size_t cap)
 {
     slot_t *slots = PyMem_Calloc(cap, sizeof(slot_t));
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (size_t i = 0; i < self->cap; i++) {
-        if (self->slots[i].message != NULL)
-            place(slots, cap, &self->slots[i]);
-    }
-    PyMem_Free(self->slots);
-    self->slots = slots;
-    self->cap = cap;
+    step(self, SIZE_MAX);
+    self->old = self->cur;
+    self->cursor = 0;
+    self->cur.slots = slots;
+    self->cur.cap = cap;
+    self->cur.live = 0;
     return 0;
 }
 
-/* Empties slot s (its references already taken over or released) and shifts back
- * the entries of its run that may move closer to home. */
+static size_t
+total(const MapObject *self)
+{
+    return self->cur.live + self->old.live;
+}
+
+/* Empties a slot (its references already taken over or released): in old it
+ * becomes MOVED; in cur the entries of its run that may move closer to home
+ * shift back. */
 static void
 vacate(MapObject *self, slot_t *s)
 {
-    size_t mask = self->cap - 1;
-    size_t hole = (size_t)(s - self->slots);
+    if (in_old(self, s)) {
+        s->message = MOVED;
+        s->flight = NULL;
+        self->old.live--;
+        return;
+    }
+    table_t *t = &self->cur;
+    size_t mask = t->cap - 1;
+    size_t hole = (size_t)(s - t->slots);
     for (size_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
-        slot_t *t = &self->slots[j];
-        if (t->message == NULL)
+        slot_t *u = &t->slots[j];
+        if (u->message == NULL)
             break;
-        size_t home = t->hash & mask;
-        /* t stays if its home lies cyclically in (hole, j] */
+        size_t home = u->hash & mask;
+        /* u stays if its home lies cyclically in (hole, j] */
         int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
         if (stays)
             continue;
-        self->slots[hole] = *t;
+        t->slots[hole] = *u;
         hole = j;
     }
-    memset(&self->slots[hole], 0, sizeof(slot_t));
-    self->count--;
+    memset(&t->slots[hole], 0, sizeof(slot_t));
+    t->live--;
 }
 
-/* After a removal: halve a table that is under 1/8 full. Never fails (a table
- * that cannot be reallocated is kept). */
+/* After removals: a table under 1/8 full starts moving into one of half the
+ * size.  Never fails (without memory the table stays as it is). */
 static void
 maybe_shrink(MapObject *self)
 {
-    if (self->cap > MIN_CAP && self->count * 8 < self->cap) {
-        if (resize(self, self->cap / 2) < 0)
+    step(self, STEP);
+    if (self->old.slots == NULL && self->cur.cap > MIN_CAP && total(self) * 8 < self->cur.cap) {
+        if (start_resize(self, self->cur.cap / 2) < 0)
             PyErr_Clear();
     }
 }
@@ -164,7 +242,8 @@ put(MapObject *self, const uint8_t *id, PyObject *message, uint32_t attempts, Py
         s->attempts = attempts;
         return 0;
     }
-    if ((self->count + 1) * 10 > self->cap * 7 && resize(self, self->cap * 2) < 0)
+    /* cur holds at most 7/10 of its slots, old entries included (they all go there) */
+    if ((total(self) + 1) * 10 > self->cur.cap * 7 && start_resize(self, self->cur.cap * 2) < 0)
         return -1;
     slot_t fresh;
     memcpy(fresh.id, id, ID_LEN);
@@ -172,8 +251,8 @@ put(MapObject *self, const uint8_t *id, PyObject *message, uint32_t attempts, Py
     fresh.flight = Py_NewRef(flight);
     fresh.hash = hash;
     fresh.attempts = attempts;
-    place(self->slots, self->cap, &fresh);
-    self->count++;
+    place(&self->cur, &fresh);
+    step(self, STEP);
     return 0;
 }
 
@@ -186,6 +265,23 @@ entry_tuple(const slot_t *s)
     PyObject *t = PyTuple_Pack(3, s->message, attempts, s->flight);
     Py_DECREF(attempts);
     return t;
+}
+
+/* Drops a table's references and memory. */
+static void
+free_table(table_t *t)
+{
+    if (t->slots == NULL)
+        return;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (is_live(&t->slots[i])) {
+            Py_DECREF(t->slots[i].message);
+            Py_DECREF(t->slots[i].flight);
+        }
+    }
+    PyMem_Free(t->slots);
+    t->slots = NULL;
+    t->cap = t->live = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -202,10 +298,14 @@ Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     MapObject *self = PyObject_GC_New(MapObject, type);
     if (self == NULL)
         return NULL;
-    self->slots = PyMem_Calloc(MIN_CAP, sizeof(slot_t));
-    self->cap = MIN_CAP;
-    self->count = 0;
-    if (self->slots == NULL) {
+    self->cur.slots = PyMem_Calloc(MIN_CAP, sizeof(slot_t));
+    self->cur.cap = MIN_CAP;
+    self->cur.live = 0;
+    self->old.slots = NULL;
+    self->old.cap = self->old.live = 0;
+    self->cursor = 0;
+    if (self->cur.slots == NULL) {
+        self->cur.cap = 0;
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
@@ -216,36 +316,41 @@ Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 Map_clear(MapObject *self)
 {
-    /* detach the table first: a decref may run code that looks at this map */
-    slot_t *slots = self->slots;
-    size_t cap = self->cap;
-    self->slots = PyMem_Calloc(MIN_CAP, sizeof(slot_t));
-    self->cap = MIN_CAP;
-    self->count = 0;
-    if (self->slots == NULL) {  /* keep a usable (empty) table even then */
-        self->slots = slots;
-        self->cap = cap;
-        for (size_t i = 0; i < cap; i++) {
-            Py_CLEAR(slots[i].message);
-            Py_CLEAR(slots[i].flight);
+    /* detach the tables first: a decref may run code that looks at this map */
+    table_t cur = self->cur, old = self->old;
+    self->old.slots = NULL;
+    self->old.cap = self->old.live = 0;
+    self->cur.slots = PyMem_Calloc(MIN_CAP, sizeof(slot_t));
+    self->cur.cap = MIN_CAP;
+    self->cur.live = 0;
+    if (self->cur.slots == NULL) {  /* keep the old table, emptied, rather than none */
+        self->cur.slots = cur.slots;
+        self->cur.cap = cur.cap;
+        for (size_t i = 0; i < cur.cap; i++) {
+            Py_CLEAR(cur.slots[i].message);
+            Py_CLEAR(cur.slots[i].flight);
         }
-        memset(slots, 0, cap * sizeof(slot_t));
+        memset(cur.slots, 0, cur.cap * sizeof(slot_t));
+        free_table(&old);
         return 0;
     }
-    for (size_t i = 0; i < cap; i++) {
-        Py_XDECREF(slots[i].message);
-        Py_XDECREF(slots[i].flight);
-    }
-    PyMem_Free(slots);
+    free_table(&cur);
+    free_table(&old);
     return 0;
 }
 
 static int
 Map_traverse(MapObject *self, visitproc visit, void *arg)
 {
-    for (size_t i = 0; i < self->cap; i++) {
-        Py_VISIT(self->slots[i].message);
-        Py_VISIT(self->slots[i].flight);
+    const table_t *tables[2] = {&self->cur, &self->old};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; tables[k]->slots != NULL && i < tables[k]->cap; i++) {
+            const slot_t *s = &tables[k]->slots[i];
+            if (is_live(s)) {
+                Py_VISIT(s->message);
+                Py_VISIT(s->flight);
+            }
+        }
     }
     return 0;
 }
@@ -254,20 +359,15 @@ static void
 Map_dealloc(MapObject *self)
 {
     PyObject_GC_UnTrack(self);
-    if (self->slots != NULL) {
-        for (size_t i = 0; i < self->cap; i++) {
-            Py_XDECREF(self->slots[i].message);
-            Py_XDECREF(self->slots[i].flight);
-        }
-        PyMem_Free(self->slots);
-    }
+    free_table(&self->cur);
+    free_table(&self->old);
     PyObject_GC_Del(self);
 }
 
 static Py_ssize_t
 Map_length(MapObject *self)
 {
-    return (Py_ssize_t)self->count;
+    return (Py_ssize_t)total(self);
 }
 
 static int
@@ -553,16 +653,19 @@ Map_entries(MapObject *self, PyObject *Py_UNUSED(ignored))
     PyObject *result = PyList_New(0);
     if (result == NULL)
         return NULL;
-    for (size_t i = 0; i < self->cap; i++) {
-        if (self->slots[i].message == NULL)
-            continue;
-        PyObject *t = entry_tuple(&self->slots[i]);
-        if (t == NULL || PyList_Append(result, t) < 0) {
-            Py_XDECREF(t);
-            Py_DECREF(result);
-            return NULL;
+    const table_t *tables[2] = {&self->cur, &self->old};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; tables[k]->slots != NULL && i < tables[k]->cap; i++) {
+            if (!is_live(&tables[k]->slots[i]))
+                continue;
+            PyObject *t = entry_tuple(&tables[k]->slots[i]);
+            if (t == NULL || PyList_Append(result, t) < 0) {
+                Py_XDECREF(t);
+                Py_DECREF(result);
+                return NULL;
+            }
+            Py_DECREF(t);
         }
-        Py_DECREF(t);
     }
     return result;
 }

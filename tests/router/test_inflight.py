@@ -160,6 +160,55 @@ def test_native_and_twin_do_what_the_model_does(sequence):
             assert state(target) == state(model), (name, op)
 
 
+BIG = [message(k) for k in range(3000)]
+bulk_ops = st.one_of(
+    st.tuples(st.just("fly"), st.integers(0, 2999), st.integers(0, 1500), flights),
+    st.tuples(st.just("remove"), st.integers(0, 2999), st.integers(0, 1500), st.integers(1, 5)),
+    st.tuples(st.just("land"), st.integers(0, 2999), st.integers(0, 1500), flights),
+    st.tuples(st.just("move"), st.integers(0, 2999), st.integers(0, 300), flights),
+)
+
+
+def apply_bulk(target, op):
+    kind, start, n = op[0], op[1], op[2]
+    msgs = BIG[start:start + n]
+    if kind == "fly":
+        ready = deque((m, 0) for m in msgs)
+        members, out = [], []
+        return target.fly(ready, n, FLIGHTS[op[3]], members, out), len(ready), members, out
+    if kind == "remove":
+        gone = []
+        for m in msgs[::op[3]]:
+            if m.id in target:
+                target.remove(m.id)
+                gone.append(m.id)
+        return gone
+    if kind == "land":
+        ready: deque = deque()
+        return target.land(msgs, FLIGHTS[op[3]], ready), list(ready)
+    moved = []
+    for m in msgs:
+        if m.id in target:
+            target.move(m.id, FLIGHTS[op[3]])
+            moved.append(m.id)
+    return moved
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(bulk_ops, max_size=25))
+def test_thousands_through_growing_and_shrinking_tables(sequence):
+    """Enough entries that the native table resizes (moving its entries a few at a
+    time) in the middle of puts, removals, moves and landings."""
+    model, targets = Model(), [make(name) for name in IMPLS]
+    for op in sequence:
+        want = apply_bulk(model, op)
+        for name, target in zip(IMPLS, targets):
+            assert apply_bulk(target, op) == want, (name, op)
+            assert state(target) == state(model), (name, op)
+            for m in BIG[op[1]:op[1] + 50]:  # lookups right where the operation was
+                assert target.get(m.id) == model.get(m.id)
+
+
 @pytest.mark.parametrize("name", IMPLS)
 def test_a_hundred_thousand_in_flight_time_out_and_go_again(name):
     """Growth, removals that shift runs back, shrinking: nothing lost on the way."""

@@ -91,6 +91,8 @@ class Acceptor(Role):
 
     # -- lifecycle --------------------------------------------------------------
     def setup(self) -> None:
+        if self.opts.acceptor_nice:
+            os.nice(self.opts.acceptor_nice)
         self.tls_context = _tls_context(self.opts)
         self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
         self.auth = AuthClient(self.opts)

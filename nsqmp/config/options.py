@@ -1031,6 +1031,13 @@ OPTIONS: tuple[Option, ...] = (
         section="processes", nsqd=False, check=between(1, 64),
     ),
     Option(
+        "acceptor-nice", INT, 0,
+        "Niceness each acceptor adds to its own at start (0-19). With the CPU full, a "
+        "higher value lets the routers and the timer (deliveries, deadlines) run first, "
+        "and the publishers wait.",
+        section="processes", nsqd=False, check=between(0, 19),
+    ),
+    Option(
         "ring-size", BYTESIZE, 8388608,
         "Bytes of each shared-memory ring between two processes (8 MiB); a power of two "
         "between 64 KiB and 1 GiB. One ring record holds at most a quarter of it, so it must "

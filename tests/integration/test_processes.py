@@ -327,3 +327,22 @@ def test_stale_segments_of_a_killed_run_are_removed_at_next_start(make_broker):
     assert _shm_of(pid) == []
     assert "stale shared-memory segments of dead runs" in second.log_text()
     assert _shm_of(second.proc.pid)
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_acceptor_nice_lowers_only_the_acceptors(make_broker):
+    """--acceptor-nice: acceptors (a restarted one too) run that much nicer; the routers,
+    the timer and the supervisor keep the broker's own priority."""
+    b = make_broker("--acceptors", "2", "--routers", "1", "--acceptor-nice", "4")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    children = b.children()
+    assert _nice(b.proc.pid) == base
+    for title, pid in children.items():
+        assert _nice(pid) == (base + 4 if title.startswith("nsqmp acceptor") else base), title
+    old = children["nsqmp acceptor 0"]
+    os.kill(old, signal.SIGKILL)
+    pid = wait_for(lambda: (p := b.children().get("nsqmp acceptor 0")) != old and p, what="a new acceptor 0")
+    assert _nice(pid) == base + 4

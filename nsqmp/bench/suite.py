@@ -10,6 +10,7 @@ process are read from /proc.
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import tempfile
 import time
@@ -124,13 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runfor", type=float, default=10.0)
     p.add_argument("--only", action="append", default=[], help="substring of workload names to run")
     p.add_argument("--out", default="bench-results")
+    p.add_argument("--broker-args", default="", metavar="ARGS",
+                   help="more options for every broker started, e.g. '--acceptor-nice 5' (tuning)")
     args = p.parse_args(argv)
+    extra = shlex.split(args.broker_args)
     chosen = [w for w in WORKLOADS if not args.only or any(s in w[0] for s in args.only)]
     results: dict[str, list[dict]] = {w[0]: [] for w in chosen}
     for rep in range(args.reps):
         for name, kind, conns, batch, flags, _, topic in chosen:
             with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
-                r = one(name, kind, conns, batch, flags, args.runfor, Path(tmp), topic)
+                r = one(name, kind, conns, batch, [*flags, *extra], args.runfor, Path(tmp), topic)
             results[name].append(r)
             print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s", flush=True)
     lines = [

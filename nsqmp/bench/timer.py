@@ -36,6 +36,7 @@ import argparse
 import multiprocessing as mp
 import os
 import selectors
+import shlex
 import socket
 import struct
 import sys
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--msg-timeout", type=int, default=10_000, help="ms, for the in-flight messages")
     p.add_argument("--hold", type=float, default=45.0, help="seconds the in-flight load is held")
     p.add_argument("--consumer-procs", type=int, default=2)
+    p.add_argument("--broker-args", default="", metavar="ARGS",
+                   help="more options for the broker, e.g. '--acceptor-nice 5'")
     p.add_argument("--client-nice", type=int, default=10,
                    help="niceness added to the bench's publisher and consumer processes (0: none)")
     p.add_argument("--py-spy", metavar="OUT", help="profile router 0 with py-spy (on PATH, not a "
@@ -177,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="nsqmp-timerbench-") as tmp:
-        broker = Broker(Path(tmp) / "data", log_path=Path(tmp) / "broker.log").start()
+        broker = Broker(Path(tmp) / "data", *shlex.split(args.broker_args),
+                        log_path=Path(tmp) / "broker.log").start()
         spy = None
         try:
             addr = broker.tcp_address

@@ -63,6 +63,17 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def _peak_rss_mib(pid: int) -> float | None:
+    """Peak resident memory of a live process (VmHWM), MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except FileNotFoundError:
+        pass
+    return None
+
+
 def _connect(addr: str, topic: str, channel: str, rdy: int, msg_timeout: int = 0) -> socket.socket:
     host, _, port = addr.rpartition(":")
     s = socket.create_connection((host, int(port)))
@@ -249,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             router_cpu = sum(_cpu_seconds(pid) for pid in router_pids) - router_cpu0
             elapsed = time.time() - t0
             stats = broker.stats(include_timer="true")
+            peak_rss = {name: _peak_rss_mib(pid) for name, pid in children.items()
+                        if name.startswith(("nsqmp router", "nsqmp timer"))}
             restarted = sorted(name for name, pid in broker.children().items() if children.get(name) != pid)
         finally:
             if spy is not None:
@@ -282,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "timer_cpu_seconds_per_million_client_ops": round(cpu / client_ops * 1e6, 3) if client_ops else None,
         "router_cpu_seconds_per_million_client_ops":
             round(router_cpu / client_ops * 1e6, 3) if client_ops else None,
+        "peak_rss_mib": peak_rss,
         "restarted": restarted,
         "channels": {t["topic_name"]: {c["channel_name"]: {k: c[k] for k in ("depth", "in_flight_count",
                                                                               "deferred_count", "timeout_count")}

@@ -67,6 +67,10 @@ static PyTypeObject Map_Type;
 static PyObject *str_id;        /* "id" */
 static PyObject *str_popleft;   /* "popleft" */
 static PyObject *str_append;    /* "append" */
+static PyObject *str_live;      /* "live" */
+static PyObject *str_consumer;  /* "consumer" */
+static PyObject *str_segment;   /* "segment" */
+static PyObject *str_offset;    /* "offset" */
 
 static uint32_t
 id_hash(const uint8_t *id)
@@ -222,6 +226,8 @@ static void
 maybe_shrink(MapObject *self)
 {
     step(self, STEP);
+    if (PyErr_Occurred())  /* on a caller's error path: never clear its exception below */
+        return;
     if (self->old.slots == NULL && self->cur.cap > MIN_CAP && total(self) * 8 < self->cur.cap) {
         if (start_resize(self, self->cur.cap / 2) < 0)
             PyErr_Clear();
@@ -643,6 +649,150 @@ Map_alive(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+PyDoc_STRVAR(finish_doc,
+"finish(ids, start, consumer, bad, emptied, /)\n--\n\n"
+"FIN of the 16-byte ids packed in the buffer `ids` from offset `start`, in\n"
+"order: each one in flight in a flight of `consumer` leaves it (the flight's\n"
+"`live` count drops; a flight it reaches 0 in is appended to the list\n"
+"`emptied`), any other id is appended to the list `bad` as bytes.  Returns\n"
+"(messages, runs): the finished messages in order, and their acknowledgements\n"
+"as [segment, [offset, ...]] for each run of consecutive messages of one\n"
+"segment (messages without a segment left out).");
+
+/* Writes a flight's live count less `left`; appends it to emptied at 0. */
+static int
+settle_flight(PyObject *flight, Py_ssize_t left, PyObject *emptied)
+{
+    PyObject *live = PyObject_GetAttr(flight, str_live);
+    if (live == NULL)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(live);
+    Py_DECREF(live);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *now = PyLong_FromSsize_t(n - left);
+    if (now == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(flight, str_live, now);
+    Py_DECREF(now);
+    if (rc == 0 && n - left == 0)
+        rc = PyList_Append(emptied, flight);
+    return rc;
+}
+
+/* Adds a finished message's (segment, offset) to runs. */
+static int
+add_ack(PyObject *runs, PyObject *message, PyObject **run_segment, PyObject **run_offsets)
+{
+    PyObject *segment = PyObject_GetAttr(message, str_segment);
+    if (segment == NULL)
+        return -1;
+    if (segment == Py_None) {
+        Py_DECREF(segment);
+        return 0;
+    }
+    if (segment != *run_segment) {
+        PyObject *offsets = PyList_New(0);
+        PyObject *run = offsets == NULL ? NULL : PyList_New(2);
+        if (run == NULL) {
+            Py_XDECREF(offsets);
+            Py_DECREF(segment);
+            return -1;
+        }
+        PyList_SET_ITEM(run, 0, segment);  /* steals */
+        PyList_SET_ITEM(run, 1, offsets);  /* steals */
+        int rc = PyList_Append(runs, run);
+        Py_DECREF(run);
+        if (rc < 0)
+            return -1;
+        *run_segment = segment;  /* borrowed: runs holds it */
+        *run_offsets = offsets;
+    } else {
+        Py_DECREF(segment);
+    }
+    PyObject *offset = PyObject_GetAttr(message, str_offset);
+    if (offset == NULL)
+        return -1;
+    int rc = PyList_Append(*run_offsets, offset);
+    Py_DECREF(offset);
+    return rc;
+}
+
+static PyObject *
+Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "finish() takes exactly 5 arguments");
+        return NULL;
+    }
+    PyObject *consumer = args[2], *bad = args[3], *emptied = args[4];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(bad) || !PyList_Check(emptied)) {
+        PyErr_SetString(PyExc_TypeError, "bad and emptied must be lists");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *messages = PyList_New(0), *runs = PyList_New(0), *result = NULL;
+    PyObject *run_segment = NULL, *run_offsets = NULL;  /* borrowed from runs */
+    PyObject *flight = NULL;  /* the run of FINs' flight (a new reference) */
+    Py_ssize_t left = 0;      /* FINs of that flight not yet written to its live count */
+    PyObject *checked = NULL; /* the last flight found to be consumer's (borrowed, compared only) */
+    if (messages == NULL || runs == NULL)
+        goto done;
+    const uint8_t *buf = view.buf;
+    for (Py_ssize_t pos = start < 0 ? 0 : start; pos + ID_LEN <= view.len; pos += ID_LEN) {
+        const uint8_t *id = buf + pos;
+        slot_t *s = find(self, id, id_hash(id));
+        if (s != NULL && s->flight != checked) {
+            PyObject *owner = PyObject_GetAttr(s->flight, str_consumer);
+            if (owner == NULL)
+                goto done;
+            Py_DECREF(owner);
+            checked = owner == consumer ? s->flight : NULL;
+        }
+        if (s == NULL || s->flight != checked) {
+            PyObject *raw = PyBytes_FromStringAndSize((const char *)id, ID_LEN);
+            int rc = raw == NULL ? -1 : PyList_Append(bad, raw);
+            Py_XDECREF(raw);
+            if (rc < 0)
+                goto done;
+            continue;
+        }
+        if (s->flight != flight) {
+            if (flight != NULL && settle_flight(flight, left, emptied) < 0)
+                goto done;
+            Py_XSETREF(flight, Py_NewRef(s->flight));
+            left = 0;
+        }
+        PyObject *message = s->message, *held_flight = s->flight;
+        vacate(self, s);
+        Py_DECREF(held_flight);  /* `flight` keeps it alive */
+        left++;
+        int rc = PyList_Append(messages, message);
+        if (rc == 0)
+            rc = add_ack(runs, message, &run_segment, &run_offsets);
+        Py_DECREF(message);  /* messages holds it */
+        if (rc < 0)
+            goto done;
+    }
+    if (flight != NULL && settle_flight(flight, left, emptied) < 0)
+        goto done;
+    result = PyTuple_Pack(2, messages, runs);
+done:
+    /* on an error the FINs taken so far stay taken: their flights' counts may be off,
+     * which only delays a timer entry's disarm (the flight then fires empty) */
+    Py_XDECREF(flight);
+    Py_XDECREF(messages);
+    Py_XDECREF(runs);
+    PyBuffer_Release(&view);
+    maybe_shrink(self);
+    return result;
+}
+
 PyDoc_STRVAR(entries_doc,
 "entries()\n--\n\n"
 "Every (message, attempts, flight) in flight, in no particular order.");
@@ -687,6 +837,7 @@ static PyMethodDef Map_methods[] = {
     {"fly", (PyCFunction)(void (*)(void))Map_fly, METH_FASTCALL, fly_doc},
     {"land", (PyCFunction)(void (*)(void))Map_land, METH_FASTCALL, land_doc},
     {"alive", (PyCFunction)(void (*)(void))Map_alive, METH_FASTCALL, alive_doc},
+    {"finish", (PyCFunction)(void (*)(void))Map_finish, METH_FASTCALL, finish_doc},
     {"entries", (PyCFunction)Map_entries, METH_NOARGS, entries_doc},
     {"clear", (PyCFunction)Map_clear_method, METH_NOARGS, clear_doc},
     {NULL, NULL, 0, NULL},
@@ -722,7 +873,12 @@ nsqmp_inflight_add(PyObject *module)
         str_id = PyUnicode_InternFromString("id");
         str_popleft = PyUnicode_InternFromString("popleft");
         str_append = PyUnicode_InternFromString("append");
-        if (str_id == NULL || str_popleft == NULL || str_append == NULL)
+        str_live = PyUnicode_InternFromString("live");
+        str_consumer = PyUnicode_InternFromString("consumer");
+        str_segment = PyUnicode_InternFromString("segment");
+        str_offset = PyUnicode_InternFromString("offset");
+        if (str_id == NULL || str_popleft == NULL || str_append == NULL || str_live == NULL
+            || str_consumer == NULL || str_segment == NULL || str_offset == NULL)
             return -1;
     }
     if (PyType_Ready(&Map_Type) < 0)

@@ -74,6 +74,35 @@ class InFlightMap:
         return [m for m in members
                 if (e := held.get(m.id)) is not None and e[0] is m and e[2] is flight]
 
+    def finish(self, ids, start: int, consumer, bad: list, emptied: list) -> tuple[list, list]:
+        """FIN of the 16-byte ids packed in `ids` from `start`, in order: each one in
+        flight in a flight of `consumer` leaves it (a flight whose `live` count reaches 0
+        is appended to `emptied`); any other id is appended to `bad`. Returns (messages,
+        runs): the finished messages in order, and [segment, [offset, ...]] for each run
+        of consecutive messages of one segment (those without a segment left out)."""
+        held = self._map
+        messages: list = []
+        runs: list = []
+        for pos in range(max(0, start), len(ids) - 15, 16):
+            msg_id = bytes(ids[pos:pos + 16])
+            entry = held.get(msg_id)
+            if entry is None or entry[2].consumer is not consumer:
+                bad.append(msg_id)
+                continue
+            del held[msg_id]
+            message, _, flight = entry
+            flight.live -= 1
+            if not flight.live:
+                emptied.append(flight)
+            messages.append(message)
+            segment = message.segment
+            if segment is None:
+                continue
+            if not runs or runs[-1][0] is not segment:
+                runs.append([segment, []])
+            runs[-1][1].append(message.offset)
+        return messages, runs
+
     def entries(self) -> list:
         """Every (message, attempts, flight) in flight, in no particular order."""
         return list(self._map.values())

@@ -10,7 +10,6 @@ import random
 import time
 from array import array
 from collections import deque
-from typing import Any
 
 import orjson
 
@@ -618,44 +617,29 @@ class Router(Role):
             return
         ch = c.channel
         topic = ch.topic
-        in_flight, flights, tokens, disarm = ch.in_flight, c.flights, self.tokens, self._disarms.append
-        remove = in_flight.remove
-        e2e = ch.e2e
-        now = time.time_ns() if e2e is not None else 0
-        done = 0
-        seg_run: Any = None  # consecutive FINs of one file are acknowledged together
-        offsets: list[int] = []
-        for pos in ids:
-            msg_id = rec[pos:pos + 16]
-            entry = in_flight.get(msg_id)
-            if entry is None or entry[2].consumer is not c:
-                self._owned(conn, msg_id, "FIN")
-                continue
-            remove(msg_id)
-            m, _, f = entry  # m leaves f (self._leave, inline)
-            f.live -= 1
-            if not f.live:
-                del tokens[f.token]
-                disarm(f.token)
-                del flights[f.token]
-            done += 1
-            if e2e is not None:
-                e2e.insert(now - m.ts)
-            seg = m.segment
-            if seg is None:
-                continue
-            if seg is not seg_run:
-                if offsets:
-                    topic.finish(ch, seg_run, offsets)
-                seg_run, offsets = seg, []
-            offsets.append(m.offset)
+        bad: list[bytes] = []
+        emptied: list[Flight] = []
+        # in C: each owned ID leaves the map and its flight; the acks grouped by file
+        msgs, runs = ch.in_flight.finish(rec, records.CONN.size, c, bad, emptied)
+        for msg_id in bad:
+            self._owned(conn, msg_id, "FIN")  # each gets its E_FIN_FAILED, in order
+        for f in emptied:  # a flight's timer entry goes with its last message
+            del self.tokens[f.token]
+            self._disarms.append(f.token)
+            del c.flights[f.token]
+        done = len(msgs)
         if not done:
             return
+        if ch.e2e is not None:
+            now = time.time_ns()
+            for m in msgs:
+                ch.e2e.insert(now - m.ts)
         c.in_flight -= done
         c.finish_count += done
         self._mark(ch)
-        if offsets:
-            topic.finish(ch, seg_run, offsets)
+        if runs:
+            for seg, offsets in runs:
+                topic.finish(ch, seg, offsets)
             if topic.full:
                 self.check_cap(topic)
             self._acks_pending.add(topic)

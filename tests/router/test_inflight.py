@@ -290,3 +290,78 @@ def test_the_chooser_picks_native_unless_told_otherwise():
         assert chooser.InFlightMap is native_module("InFlightMap").InFlightMap
     else:
         assert chooser.InFlightMap is pyinflight.InFlightMap
+
+
+class Segment:  # stands in for router.topic.Segment: finish() only groups by identity
+    pass
+
+
+class FinFlight:
+    def __init__(self, consumer: str, live: int) -> None:
+        self.consumer, self.live = consumer, live
+
+
+SEGMENTS = [Segment(), Segment(), None]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=40),
+       st.lists(st.integers(0, 45), max_size=60))
+def test_finish_takes_what_the_consumer_owns_and_reports_the_rest(held_spec, fin_spec):
+    """held_spec: per message k, (its flight 0-3 or not held, its segment); flights 0-2
+    belong to consumer "me", flight 3 to "other". fin_spec: message numbers FIN'd, in
+    order (above len(held_spec): ids never delivered)."""
+    msgs = [Message(f"{k:016x}".encode(), k, b"", SEGMENTS[seg], 100 + k) for k, (_, seg) in enumerate(held_spec)]
+    ids = b"".join(f"{k:016x}".encode() for k in fin_spec)
+    results = []
+    for name in IMPLS:
+        held = make(name)
+        flights = [FinFlight("me", 0), FinFlight("me", 0), FinFlight("me", 0), FinFlight("other", 0)]
+        for m, (fl, _) in zip(msgs, held_spec):
+            held.put(m, 1, flights[fl])
+            flights[fl].live += 1
+        bad, emptied = [], []
+        got, runs = held.finish(b"head" + ids, 4, "me", bad, emptied)
+        results.append(([m.id for m in got], [(SEGMENTS.index(seg), offs) for seg, offs in runs], bad,
+                        [flights.index(f) for f in emptied], [f.live for f in flights], len(held)))
+    # the model, in the plainest words
+    live = [0, 0, 0, 0]
+    for fl, _ in held_spec:
+        live[fl] += 1
+    owner = {f"{k:016x}".encode(): fl for k, (fl, _) in enumerate(held_spec)}
+    want_got, want_runs, want_bad, want_emptied = [], [], [], []
+    for k in fin_spec:
+        mid = f"{k:016x}".encode()
+        fl = owner.pop(mid, None) if owner.get(mid, 3) != 3 else None
+        if fl is None:
+            want_bad.append(mid)
+            continue
+        want_got.append(mid)
+        live[fl] -= 1
+        if not live[fl]:
+            want_emptied.append(fl)
+        seg = held_spec[k][1]
+        if SEGMENTS[seg] is not None:
+            if want_runs and want_runs[-1][0] == seg:
+                want_runs[-1][1].append(100 + k)
+            else:
+                want_runs.append((seg, [100 + k]))
+    want = (want_got, want_runs, want_bad, want_emptied, live, len(held_spec) - len(want_got))
+    assert results[0] == want
+    assert results[1] == want
+
+
+def test_native_finish_keeps_no_stray_references():
+    held = make("native")
+    seg = Segment()
+    m = Message(b"%016x" % 9, 9, b"", seg, 9)
+    f = FinFlight("me", 0)
+    before = sys.getrefcount(m), sys.getrefcount(f), sys.getrefcount(seg)
+    for _ in range(1000):
+        held.put(m, 1, f)
+        f.live = 1
+        bad, emptied = [], []
+        got, runs = held.finish(m.id + m.id + b"x" * 16, 0, "me", bad, emptied)
+        assert got == [m] and emptied == [f] and len(bad) == 2 and runs == [[seg, [9]]]
+        del got, runs, bad, emptied
+    assert (sys.getrefcount(m), sys.getrefcount(f), sys.getrefcount(seg)) == before

@@ -593,9 +593,13 @@ class Router(Role):
         """A message has left flight f; the flight's timer entry goes with its last member."""
         f.live -= 1
         if not f.live:
-            self.tokens.pop(f.token, None)
-            self._disarms.append(f.token)
-            f.consumer.flights.pop(f.token, None)
+            self._retire(f)
+
+    def _retire(self, f: Flight) -> None:
+        """Flight f has no message left in it: forget it, and disarm its timer entry."""
+        self.tokens.pop(f.token, None)
+        self._disarms.append(f.token)
+        f.consumer.flights.pop(f.token, None)
 
     def _take(self, msg_id: bytes, f: Flight) -> Consumer:
         """Take a message out of flight f (REQ): no longer the consumer's, nor the timer's."""
@@ -624,9 +628,7 @@ class Router(Role):
         for msg_id in bad:
             self._owned(conn, msg_id, "FIN")  # each gets its E_FIN_FAILED, in order
         for f in emptied:  # a flight's timer entry goes with its last message
-            del self.tokens[f.token]
-            self._disarms.append(f.token)
-            del c.flights[f.token]
+            self._retire(f)
         done = len(msgs)
         if not done:
             return

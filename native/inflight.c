@@ -262,6 +262,28 @@ put(MapObject *self, const uint8_t *id, PyObject *message, uint32_t attempts, Py
     return 0;
 }
 
+/* message.id -> (message, attempts, flight); -1 with an exception (an id that is not
+ * 16 bytes, attempts past 32 bits). */
+static int
+put_message(MapObject *self, PyObject *message, unsigned long attempts, PyObject *flight)
+{
+    if (attempts > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "attempts does not fit in 32 bits");
+        return -1;
+    }
+    PyObject *key = PyObject_GetAttr(message, str_id);
+    if (key == NULL)
+        return -1;
+    const uint8_t *id = id_bytes(key);
+    int rc = -1;
+    if (id == NULL)
+        PyErr_SetString(PyExc_ValueError, "a message id must be 16 bytes");
+    else
+        rc = put(self, id, message, (uint32_t)attempts, flight);
+    Py_DECREF(key);
+    return rc;
+}
+
 static PyObject *
 entry_tuple(const slot_t *s)
 {
@@ -411,21 +433,7 @@ Map_put(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     unsigned long attempts = PyLong_AsUnsignedLong(args[1]);
     if (attempts == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
-    if (attempts > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "attempts does not fit in 32 bits");
-        return NULL;
-    }
-    PyObject *key = PyObject_GetAttr(args[0], str_id);
-    if (key == NULL)
-        return NULL;
-    const uint8_t *id = id_bytes(key);
-    int rc = -1;
-    if (id == NULL)
-        PyErr_SetString(PyExc_ValueError, "a message id must be 16 bytes");
-    else
-        rc = put(self, id, args[0], (uint32_t)attempts, args[2]);
-    Py_DECREF(key);
-    if (rc < 0)
+    if (put_message(self, args[0], attempts, args[2]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -517,22 +525,19 @@ Map_fly(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         }
         attempts++;
-        PyObject *key = PyObject_GetAttr(message, str_id);
-        const uint8_t *id = key == NULL ? NULL : id_bytes(key);
-        if (key != NULL && id == NULL)
-            PyErr_SetString(PyExc_ValueError, "a message id must be 16 bytes");
-        PyObject *count = id == NULL ? NULL : PyLong_FromUnsignedLong(attempts);
-        PyObject *pair = count == NULL ? NULL : PyTuple_Pack(2, message, count);
-        int ok = pair != NULL && attempts <= UINT32_MAX
-                 && put(self, id, message, (uint32_t)attempts, flight) == 0
-                 && PyList_Append(members, message) == 0 && PyList_Append(out, pair) == 0;
-        if (pair != NULL && attempts > UINT32_MAX)
-            PyErr_SetString(PyExc_OverflowError, "attempts does not fit in 32 bits");
+        PyObject *count = NULL, *pair = NULL;
+        int rc = put_message(self, message, attempts, flight);
+        if (rc == 0)
+            rc = PyList_Append(members, message);
+        if (rc == 0) {
+            count = PyLong_FromUnsignedLong(attempts);
+            pair = count == NULL ? NULL : PyTuple_Pack(2, message, count);
+            rc = pair == NULL ? -1 : PyList_Append(out, pair);
+        }
         Py_XDECREF(pair);
         Py_XDECREF(count);
-        Py_XDECREF(key);
         Py_DECREF(entry);
-        if (!ok)
+        if (rc < 0)
             goto fail;
     }
     Py_DECREF(popleft);

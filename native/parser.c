@@ -249,6 +249,53 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(Parser_fins_doc,
+"fins($self, buf, pos=0, max_ids=512)\n--\n\n"
+"The IDs of the plain FIN lines (parser.h) that start at pos, at most max_ids:\n"
+"(ids, end), ids their 16-byte IDs end to end, end where the first other line\n"
+"starts.  scan() would return the same lines as (\"FIN\", ID) commands.");
+
+static PyObject *
+Parser_fins(ParserObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t pos = 0, max_ids = 512;
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "fins() takes 1 to 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs > 1 && get_index(args[1], "pos", 0, &pos) < 0)
+        return NULL;
+    if (nargs > 2 && get_index(args[2], "max_ids", 1, &max_ids) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (pos > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "pos is past the end of the buffer");
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    size_t n = (size_t)view.len, end = (size_t)pos, len;
+    Py_ssize_t count = 0;
+    while (count < max_ids && (len = nqp_fin_line(buf, n, end, (size_t)self->max_line)) != 0) {
+        end += len;
+        count++;
+    }
+    PyObject *ids = PyBytes_FromStringAndSize(NULL, 16 * count);
+    if (ids != NULL) {
+        char *out = PyBytes_AS_STRING(ids);
+        for (size_t at = (size_t)pos; at < end; out += 16) {
+            memcpy(out, buf + at + 4, 16);
+            at += buf[at + 20] == '\n' ? 21 : 22;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (ids == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", ids, (Py_ssize_t)end);
+}
+
 static PyObject *
 Parser_get_max_msg_size(ParserObject *self, void *Py_UNUSED(closure))
 {
@@ -269,6 +316,7 @@ Parser_get_max_line(ParserObject *self, void *Py_UNUSED(closure))
 
 static PyMethodDef Parser_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))Parser_scan, METH_FASTCALL | METH_KEYWORDS, Parser_scan_doc},
+    {"fins", (PyCFunction)(void (*)(void))Parser_fins, METH_FASTCALL, Parser_fins_doc},
     {NULL, NULL, 0, NULL},
 };
 

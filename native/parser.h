@@ -45,6 +45,16 @@
  *     the body by its size: inner sizes that run past it are the "failed to
  *     read" errors nsqd gives at end of stream, and bytes after the last
  *     message are ignored.
+ *
+ * A plain FIN line (nqp_fin_line), the one command a consumer sends per
+ * message, which the acceptor takes in runs without a tuple per command:
+ *
+ *   +------+--------------+-------+----+
+ *   | FIN  | SP | ID: 16  | [\r]  | \n |   21 or 22 bytes, at most max_line
+ *   +------+--------------+-------+----+
+ *     no ID byte is a space or \n, and without the \r the ID's last byte is
+ *     not \r either: exactly the lines that scan() would return as the params
+ *     ("FIN", ID) with a 16-byte ID.  Anything else is left to scan().
  */
 #ifndef NSQMP_PARSER_H
 #define NSQMP_PARSER_H
@@ -233,6 +243,26 @@ nqp_frame_next(const uint8_t *buf, size_t n, size_t pos, size_t max_line,
     f->body_off = (int64_t)(start + 4);
     f->next = start + 4 + (size_t)size;
     return NQP_FRAME_OK;
+}
+
+/* The length of the plain FIN line at buf[pos..n) (21 or 22), or 0 if there is none. */
+static inline size_t
+nqp_fin_line(const uint8_t *buf, size_t n, size_t pos, size_t max_line)
+{
+    if (n - pos < 21 || memcmp(buf + pos, "FIN ", 4) != 0)
+        return 0;
+    const uint8_t *id = buf + pos + 4;
+    for (int i = 0; i < 16; i++)
+        if (id[i] == ' ' || id[i] == '\n')
+            return 0;
+    size_t len;
+    if (id[16] == '\n' && id[15] != '\r')
+        len = 21;
+    else if (id[16] == '\r' && n - pos >= 22 && id[17] == '\n')
+        len = 22;
+    else
+        return 0;
+    return len <= max_line ? len : 0;
 }
 
 /* Go's (max_body_size - 4) / 5: integer division truncating toward zero. */

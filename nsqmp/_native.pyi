@@ -69,6 +69,7 @@ class Parser:
     def scan(
         self, buf: Buffer, pos: int = 0, max_commands: int = 1024
     ) -> tuple[list[tuple[tuple[bytes, ...], int, int, int]], int, int, tuple[str, str] | None]: ...
+    def fins(self, buf: Buffer, pos: int = 0, max_ids: int = 512) -> tuple[bytes, int]: ...
 
 def mpub_spans(
     buf: Buffer, start: int, length: int, max_msg_size: int, max_body_size: int, /

@@ -38,6 +38,7 @@ from nsqmp.protocol.parser import (
 log = logging.getLogger("nsqmp.acceptor")
 
 STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
+_FIN_STATES = (STATE_SUBSCRIBED, STATE_CLOSING)  # where FIN, REQ and TOUCH are allowed
 # FINs a connection sends in one tick travel to the router as one FIN record of up to this
 # many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
 _FIN_RECORD_MAX = records.CONN.size + 16 * 512
@@ -220,15 +221,28 @@ class V2Connection(asyncio.Protocol):
             del buf[:4]
         pos = 0
         scan = self.server.parser.scan
+        fins = self.server.parser.fins
         commands_get = COMMANDS.get
         try:
             while not self.closed and not self.waiting_for:
-                commands, _end, status, bad_body = scan(buf, pos)
-                stopped = False
                 # only IDENTIFY (which ends the batch when it upgrades) changes self.tls
                 tls_gate = bool(self.server.tls_required) and not self.tls  # true or tcp-https
+                # a consumer's run of plain FIN lines: one C call, no tuple per command
+                fin_run = self.state in _FIN_STATES and not tls_gate
+                if fin_run and buf.startswith(b"FIN ", pos):
+                    ids, end = fins(buf, pos)
+                    if ids:
+                        self._send_fins(ids)
+                        pos = end
+                        continue
+                batch_start = pos
+                commands, _end, status, bad_body = scan(buf, pos)
+                stopped = again = False
                 for params, body_off, body_len, next_pos in commands:
                     token = params[0]
+                    if token == b"FIN" and fin_run and pos != batch_start:
+                        again = True  # the run starting here goes by fins() above
+                        break
                     handler = commands_get(token)
                     if handler is None:
                         raise FatalClientError(E.E_INVALID, f"invalid command {_s(token)}")
@@ -251,6 +265,9 @@ class V2Connection(asyncio.Protocol):
                     if self.closed or self.waiting_for or self._rescan:
                         stopped = True
                         break
+                    fin_run = self.state in _FIN_STATES and not tls_gate  # after SUB or CLS
+                if again:
+                    continue
                 if stopped:
                     if self._rescan:  # the rest of the buffer was decompressed: scan it again
                         self._rescan = False
@@ -656,17 +673,29 @@ class V2Connection(asyncio.Protocol):
         self.server.endpoint.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
 
     def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
-        msg_id = self._message_command(params, "FIN", 2)
+        self._send_fins(self._message_command(params, "FIN", 2))
+
+    def _send_fins(self, ids: bytes) -> None:
+        """Queue FINs (16-byte IDs end to end) for the router. While the tick's FIN record
+        is still the last record queued for it (nothing of this or any other connection
+        came after), the IDs join that record; the rest go in new ones."""
         ep = self.server.endpoint
-        # while it is still the last record queued for the router (nothing of this or any
-        # other connection came after it), the tick's FIN record takes this ID too
-        if not ep.extend_last(self.router, self._fins, msg_id, _FIN_RECORD_MAX):
-            self._fins = bytearray(records.CONN_ID.pack(records.FIN, self.conn, msg_id))
+        start, total = 0, len(ids)
+        while start < total:
+            room = _FIN_RECORD_MAX - len(self._fins)
+            piece = ids[start:start + room]
+            if room >= 16 and ep.extend_last(self.router, self._fins, piece, _FIN_RECORD_MAX):
+                start += len(piece)
+                continue
+            piece = ids[start:start + _FIN_RECORD_MAX - records.CONN.size]
+            self._fins = bytearray(records.CONN.pack(records.FIN, self.conn))
+            self._fins += piece
             ep.send(self.router, self._fins)
+            start += len(piece)
 
     def _message_command(self, params, cmd: str, min_params: int) -> bytes:
         """State and parameter checks shared by FIN, REQ and TOUCH; returns the ID."""
-        if self.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
+        if self.state not in _FIN_STATES:
             raise FatalClientError(E.E_INVALID, f"cannot {cmd} in current state")
         if len(params) < min_params:
             raise FatalClientError(E.E_INVALID, f"{cmd} insufficient number of params")

@@ -121,6 +121,38 @@ class PyParser:
     def max_line(self) -> int:
         return self._max_line
 
+    def fins(self, buf: Buffer, pos: int = 0, max_ids: int = 512) -> tuple[bytes, int]:
+        """The IDs of the plain FIN lines (native/parser.h) from pos, at most max_ids:
+        ``(ids, end)``, the 16-byte IDs end to end and where the first other line starts.
+        scan() would return the same lines as ``(b"FIN", ID)`` commands."""
+        pos = pos.__index__()
+        max_ids = max_ids.__index__()
+        if pos < 0:
+            raise ValueError("pos must be >= 0")
+        if max_ids < 1:
+            raise ValueError("max_ids must be >= 1")
+        data = _bytes(buf)
+        n = len(data)
+        if pos > n:
+            raise ValueError("pos is past the end of the buffer")
+        ids = []
+        while len(ids) < max_ids and n - pos >= 21 and data.startswith(b"FIN ", pos):
+            ident = bytes(data[pos + 4:pos + 20])
+            if b" " in ident or b"\n" in ident:
+                break
+            after = data[pos + 20]
+            if after == 10 and ident[15] != 13:
+                size = 21
+            elif after == 13 and n - pos >= 22 and data[pos + 21] == 10:
+                size = 22
+            else:
+                break
+            if size > self._max_line:
+                break
+            ids.append(ident)
+            pos += size
+        return b"".join(ids), pos
+
     def scan(self, buf: Buffer, pos: int = 0, max_commands: int = 1024
              ) -> tuple[list[Command], int, int, ClientErrorText | None]:
         """Every complete command in buf from pos (see the module docstring)."""

@@ -516,6 +516,32 @@ def test_cls_then_rdy_is_ignored(broker):
         _assert_fatal(broker, c, wire.CLS, "E_INVALID cannot CLS in current state")
 
 
+def test_pipelined_fins_before_a_bad_line_count_and_the_rest_is_requeued(broker):
+    """A consumer's FINs in one write go through the acceptor's FIN-run path (plain lines,
+    \n or \r\n, mixed with other commands): those before a bad FIN take effect, the bad
+    one gets nsqd's fatal error, and what was still in flight is requeued on the close."""
+    topic = "fin_run"
+    with _conn(broker, identify={}, sub=(topic, "ch")) as c:
+        with _conn(broker) as p:
+            p.mpub(topic, [b"m%d" % i for i in range(40)])
+        c.send(wire.rdy(40))
+        ids = [c.read_message().id for _ in range(40)]
+        burst = b"".join(b"FIN " + i + (b"\r\n" if n % 3 else b"\n") for n, i in enumerate(ids[:30]))
+        burst += b"NOP\n" + b"FIN " + ids[30] + b"\n" + b"FIN 0123456789abcde\n" + b"FIN " + ids[31] + b"\n"
+        _assert_fatal(broker, c, burst, "E_INVALID Invalid Message ID")
+
+    def settled():
+        x = broker.stats(topic=topic)["topics"][0]["channels"][0]
+        return x if (x["in_flight_count"], x["depth"]) == (0, 9) else None
+    ch = wait_for(settled, what="31 FINs taken and 9 messages requeued")
+    assert ch["requeue_count"] == 9, ch
+    with _conn(broker, identify={}, sub=(topic, "ch")) as c:
+        c.send(wire.rdy(20))
+        again = sorted(c.read_message().id for _ in range(9))
+        assert again == sorted(ids[31:])
+        _assert_silent(c, 0.3)
+
+
 def test_nop_has_no_answer(broker):
     with _conn(broker, identify={}) as c:
         c.send(wire.NOP + wire.NOP)

@@ -402,3 +402,77 @@ def test_near_valid_mpub_bodies_agree(case):
     assert both(lambda impl: impl.mpub_spans(buf, start, length, max_msg, max_body))[1][1] == error
     if error is not None:
         assert error[0] in ("E_BAD_BODY", "E_BAD_MESSAGE") and error[1].startswith("MPUB ")
+
+
+# -- runs of plain FIN lines (Parser.fins) ------------------------------------------------------------
+
+def fins(impl, buf, limits, pos=0, max_ids=512):
+    return parser(impl, *limits).fins(buf, pos, max_ids)
+
+
+ID = b"0123456789abcdef"
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"FIN " + ID + b"\n", (ID, 21)),
+    (b"FIN " + ID + b"\r\n", (ID, 22)),
+    (b"FIN " + ID + b"\nFIN " + ID[::-1] + b"\r\nRDY 1\n", (ID + ID[::-1], 43)),
+    (b"FIN " + ID, (b"", 0)),                         # the line is not complete yet
+    (b"FIN " + ID + b"\r", (b"", 0)),
+    (b"FIN " + ID[:15] + b"\r\n", (b"", 0)),          # 15-byte ID: scan's "Invalid Message ID"
+    (b"FIN " + ID[:15] + b"\r\n" + b"FIN " + ID + b"\n", (b"", 0)),
+    (b"FIN " + ID + b"x\n", (b"", 0)),                # 17 bytes
+    (b"FIN " + ID[:8] + b" " + ID[9:] + b"\n", (b"", 0)),  # a space: two params
+    (b"FIN  " + ID + b"\n", (b"", 0)),
+    (b"FIN " + ID + b" \n", (b"", 0)),                # an empty third param
+    (b"fin " + ID + b"\n", (b"", 0)),
+    (b"RDY 1\nFIN " + ID + b"\n", (b"", 0)),
+    (b"FIN " + ID[:8] + b"\r" + ID[9:] + b"\n", (ID[:8] + b"\r" + ID[9:], 21)),  # \r inside is ID
+    (b"FIN " + ID[:15] + b"\r\r\n", (ID[:15] + b"\r", 22)),  # one trailing \r dropped
+])
+def test_fin_run_examples(data, expected):
+    assert both(fins, data, (100, 100, 16384)) == ("ok", expected)
+
+
+def test_fin_run_stops_at_max_ids_and_max_line():
+    data = (b"FIN " + ID + b"\n") * 5
+    assert both(fins, data, (100, 100, 16384), 0, 3) == ("ok", (ID * 3, 63))
+    assert both(fins, data, (100, 100, 16384), 42, 512) == ("ok", (ID * 3, 105))
+    assert both(fins, data, (100, 100, 21)) == ("ok", (ID * 5, 105))
+    assert both(fins, data, (100, 100, 20)) == ("ok", (b"", 0))   # scan: line too long
+    crlf = b"FIN " + ID + b"\r\n"
+    assert both(fins, crlf, (100, 100, 21)) == ("ok", (b"", 0))
+
+
+@pytest.mark.parametrize("pos, max_ids", [(-1, 1), (22, 1), (0, 0), (0, -2)])
+def test_bad_fin_run_arguments_are_refused_alike(pos, max_ids):
+    kind, _ = both(fins, b"FIN " + ID + b"\n", (100, 100, 16384), pos, max_ids)
+    assert kind == "ValueError"
+
+
+FIN_FRAGMENTS = st.sampled_from([
+    b"FIN ", b"FIN " + ID, b"FIN " + ID + b"\n", b"FIN " + ID + b"\r\n", ID, ID[:15], b" ", b"\n",
+    b"\r", b"\r\n", b"RDY 1\n", b"x", b"\x00",
+])
+
+
+@FUZZ
+@given(data=st.one_of(st.binary(max_size=120), st.lists(FIN_FRAGMENTS, max_size=30).map(b"".join)),
+       pos_frac=st.floats(0, 1), max_ids=st.integers(1, 8), max_line=st.sampled_from([8, 21, 22, 16384]),
+       kind=st.sampled_from(["bytes", "bytearray", "memoryview"]))
+def test_a_fin_run_is_what_scan_returns_for_those_lines(data, pos_frac, max_ids, max_line, kind):
+    """Both implementations agree, and the run is exactly the leading commands that scan()
+    gives as (b"FIN", 16-byte ID): the acceptor may take either path for them."""
+    pos = int(len(data) * pos_frac)
+    buf = {"bytes": bytes, "bytearray": bytearray, "memoryview": memoryview}[kind](data)
+    limits = (100, 100, max_line)
+    kind_, (ids, end) = both(fins, buf, limits, pos, max_ids)
+    assert kind_ == "ok" and len(ids) % 16 == 0 and len(ids) // 16 <= max_ids
+    commands, _, _, _ = scan(py, data, limits, pos)
+    plain = []
+    for params, off, size, nxt in commands:
+        if len(plain) == max_ids or len(params) != 2 or params[0] != b"FIN" or len(params[1]) != 16:
+            break
+        plain.append((params[1], nxt))
+    assert ids == b"".join(i for i, _ in plain)
+    assert end == (plain[-1][1] if plain else pos)

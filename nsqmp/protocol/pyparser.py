@@ -135,7 +135,7 @@ class PyParser:
         n = len(data)
         if pos > n:
             raise ValueError("pos is past the end of the buffer")
-        ids = []
+        ids: list[bytes] = []
         while len(ids) < max_ids and n - pos >= 21 and data.startswith(b"FIN ", pos):
             ident = bytes(data[pos + 4:pos + 20])
             if b" " in ident or b"\n" in ident:

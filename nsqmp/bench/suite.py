@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import orjson
 
+from nsqmp.bench import floor
 from nsqmp.bench.tool import run
 from nsqmp.launcher import Broker
 
@@ -27,6 +28,10 @@ WORKLOADS = [
     ("writer MPUB 200, 1 conn", "writer", 1, 200, (), 129_600, "sub_bench"),
     ("writer MPUB 200, 4 conns", "writer", 4, 200, (), 142_100, "sub_bench"),
     ("writer PUB, 1 conn", "writer", 1, 1, (), 16_700, "sub_bench"),
+    # no broker: the same client against a server that only answers OK (nsqmp/bench/floor.py),
+    # the machine's round trip that day, for the row above
+    ("writer PUB, 1 conn, answer-only server (the round-trip floor, no broker)", "floor", 1, 1, (),
+     16_700, ""),
     ("writer PUB, 4 conns", "writer", 4, 1, (), 24_800, "sub_bench"),
     ("reader, 2 conns, draining", "reader", 2, 0, (), 130_200, "sub_bench"),
     ("4 MPUB writers + 2 readers at once (in)", "mixed", 4, 200, (), 177_600, "sub_bench"),
@@ -133,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict]] = {w[0]: [] for w in chosen}
     for rep in range(args.reps):
         for name, kind, conns, batch, flags, _, topic in chosen:
-            with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
-                r = one(name, kind, conns, batch, [*flags, *extra], args.runfor, Path(tmp), topic)
+            if kind == "floor":
+                r = {**floor.measure(args.runfor), "memory_kib": {}, "name": name}
+            else:
+                with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
+                    r = one(name, kind, conns, batch, [*flags, *extra], args.runfor, Path(tmp), topic)
             results[name].append(r)
             print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s", flush=True)
     lines = [
@@ -147,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         rates = [r["msgs_per_sec"] for r in results[name]]
         med = statistics.median(rates)
         pss = statistics.median(sum(m.get("pss", 0) for m in r["memory_kib"].values()) for r in results[name])
+        mib = "" if kind == "floor" else f"{pss / 1024:,.0f}"
         lines.append(f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | "
-                     f"{med / nsqd:.2f}x | {pss / 1024:,.0f} |")
+                     f"{med / nsqd:.2f}x | {mib} |")
         if kind == "mixed":
             outs = [r["msgs_out_per_sec"] for r in results[name]]
             med_out = statistics.median(outs)

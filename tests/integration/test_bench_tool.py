@@ -54,3 +54,11 @@ def test_publish_loop_stops_at_an_error_response(broker, impl):
             oks, error = tool.py_publish_loop(s, ok_cmd, time.time() + 0.3)
     assert oks > 0 and error is None
     wait_for(lambda: broker.stats(topic="fine")["topics"][0]["message_count"] == oks, what="all counted")
+
+
+def test_the_round_trip_floor_answers_every_pub():
+    """The suite's answer-only server (nsqmp.bench.floor): the writer gets an OK for each PUB."""
+    from nsqmp.bench import floor
+
+    r = floor.measure(0.5, size=20)
+    assert r["messages"] > 0 and r["batch_size"] == 1 and r["conns"] == 1

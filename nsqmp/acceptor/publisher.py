@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nsqmp.diskqueue.encoder import encode_records, records_size, spans_of
@@ -57,28 +58,40 @@ class Publisher:
         src, spans = spans_of(bodies)
         self.publish_spans(topic, src, spans, defer_ms)
 
-    def publish_spans(self, topic: bytes, src: Buffer, spans: Buffer, defer_ms: int = 0) -> None:
+    def publish_spans(self, topic: bytes, src: Buffer, spans: Buffer,
+                      defer_ms: int | Sequence[int] = 0) -> None:
         """Persist and hand off a batch; raises OSError if the segment cannot be written.
 
         The bodies are spans of src (packed u32 offset/size pairs, as ``mpub_spans``
         gives them): the encoder (native/publish.h) writes every segment record, IDs,
         timestamp and CRC-32C included, straight from src into the PUBLISH record, and
         the segment gets one copy of those bytes. No Python object per message.
-        defer_ms > 0 (DPUB, /pub?defer=) stores the due time with each message.
+        defer_ms > 0 (DPUB, /pub?defer=) stores the due time with each message; a
+        sequence gives each span its own (a connection's DPUBs taken together), every
+        one of them > 0.
         """
         if topic in self.full_topics:
             raise TopicFull()
         ts = time.time_ns()
-        due = ts + defer_ms * 1_000_000 if defer_ms > 0 else 0
         span_view = memoryview(spans).cast("B")
         count = len(span_view) // 8
+        if isinstance(defer_ms, int):
+            due = ts + defer_ms * 1_000_000 if defer_ms > 0 else 0
+            dues = None
+        else:
+            dues = [ts + ms * 1_000_000 for ms in defer_ms]
+            due = dues[0]
         head = records.PUBLISH_HEAD.size + len(topic)
         rec = bytearray(head + records_size(span_view, due != 0))
         pos = head
         for start in range(0, count, _MAX_IDS):
             n = min(_MAX_IDS, count - start)
             first = self.ids.next_block(n)
-            pos += encode_records(rec, pos, src, span_view[8 * start:8 * (start + n)], ts, first, due)
+            if dues is None:
+                pos += encode_records(rec, pos, src, span_view[8 * start:8 * (start + n)], ts, first, due)
+                continue
+            for i in range(start, start + n):  # one due time each
+                pos += encode_records(rec, pos, src, span_view[8 * i:8 * i + 8], ts, first + i - start, dues[i])
         with memoryview(rec) as view:
             blob = view[head:]
             if is_ephemeral(topic):

@@ -39,10 +39,22 @@ log = logging.getLogger("nsqmp.acceptor")
 
 STATE_INIT, STATE_SUBSCRIBED, STATE_CLOSING = 0, 3, 4
 _FIN_STATES = (STATE_SUBSCRIBED, STATE_CLOSING)  # where FIN, REQ and TOUCH are allowed
+_PUB_TOKENS = (b"PUB", b"DPUB")  # taken in runs (V2Connection._queue_pub)
 # FINs a connection sends in one tick travel to the router as one FIN record of up to this
 # many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
 _FIN_RECORD_MAX = records.CONN.size + 16 * 512
 Params = tuple[bytes, ...]  # a command line split on single spaces; [0] is the token
+
+
+class _PubRun:
+    """PUBs or DPUBs to one topic waiting to be published together (V2Connection._queue_pub)."""
+    __slots__ = ("topic", "cmd", "spans", "defers")
+
+    def __init__(self, topic: bytes, cmd: str, defers: list[int] | None) -> None:
+        self.topic = topic
+        self.cmd = cmd  # the first command's: its error is the run's
+        self.spans = bytearray()  # SPANs of the bodies in the read buffer
+        self.defers = defers  # each DPUB's delay (ms), or None: none deferred
 
 
 class NeedMore(Exception):
@@ -67,6 +79,7 @@ class V2Connection(asyncio.Protocol):
         self.channel: bytes = b""
         self.router = -1
         self._fins = bytearray()  # the FIN record this tick's FINs are added to
+        self._pubs: _PubRun | None = None  # PUB/DPUBs of this read not yet published
         self.rdy = 0
         self.remote = ""
         self.connect_ts = int(time.time())
@@ -232,6 +245,7 @@ class V2Connection(asyncio.Protocol):
                 if fin_run and buf.startswith(b"FIN ", pos):
                     ids, end = fins(buf, pos)
                     if ids:
+                        self._flush_pubs()
                         self._send_fins(ids)
                         pos = end
                         continue
@@ -243,6 +257,8 @@ class V2Connection(asyncio.Protocol):
                     if token == b"FIN" and fin_run and pos != batch_start:
                         again = True  # the run starting here goes by fins() above
                         break
+                    if self._pubs is not None and token not in _PUB_TOKENS:
+                        self._flush_pubs()
                     handler = commands_get(token)
                     if handler is None:
                         raise FatalClientError(E.E_INVALID, f"invalid command {_s(token)}")
@@ -260,6 +276,7 @@ class V2Connection(asyncio.Protocol):
                     except FatalClientError:
                         raise
                     except ClientError as err:
+                        self._flush_pubs()
                         self.send_error(err)  # a non-fatal error consumed its command (none has a body)
                     pos = next_pos
                     if self.closed or self.waiting_for or self._rescan:
@@ -279,9 +296,15 @@ class V2Connection(asyncio.Protocol):
                     # nsqd's ReadSlice fails with a full bufio buffer: it closes and sends nothing
                     log.info("%s: command line longer than %d bytes, closing", self.remote,
                              self.server.parser.max_line)
+                    self._flush_pubs()
                     self.close()
                 break
+            self._flush_pubs()  # while the spans still point into the buffer
         except FatalClientError as err:
+            try:
+                self._flush_pubs()  # the commands before the failing one are answered first
+            except FatalClientError as first:
+                err = first
             self.send_error(err)
             return
         if pos:
@@ -429,7 +452,7 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(E.E_BAD_TOPIC, f"PUB topic name {_q(topic)} is not valid")
         self._body_ready(params, body_off, body_len)
         self._check_auth("PUB", topic, b"")
-        self._publish(topic, SPAN.pack(body_off, body_len), E.E_PUB_FAILED, "PUB")
+        self._queue_pub(topic, body_off, body_len, 0, "PUB")
 
     def cmd_mpub(self, params: Params, body_off: int, body_len: int) -> None:
         if len(params) < 2:
@@ -465,10 +488,37 @@ class V2Connection(asyncio.Protocol):
             raise FatalClientError(E.E_INVALID, f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
         self._body_ready(params, body_off, body_len)
         self._check_auth("DPUB", topic, b"")
-        self._publish(topic, SPAN.pack(body_off, body_len), E.E_DPUB_FAILED, "DPUB", defer_ms)
+        self._queue_pub(topic, body_off, body_len, defer_ms, "DPUB")
 
-    def _publish(self, topic: bytes, spans: bytes, code: str, cmd: str, defer_ms: int = 0) -> None:
-        """Publish the bodies at these spans of the read buffer (see Publisher.publish_spans)."""
+    def _queue_pub(self, topic: bytes, body_off: int, body_len: int, defer_ms: int, cmd: str) -> None:
+        """PUBs and DPUBs that arrived together go out together: a run of them to one topic
+        (all deferred, or none) is one append, one record for the router and one write of
+        their OKs, in order. Any other command, the end of the read, or an error ends the
+        run first (_flush_pubs), so every response still comes in the commands' order."""
+        run = self._pubs
+        if run is not None and (run.topic != topic or (run.defers is not None) != (defer_ms > 0)):
+            self._flush_pubs()
+            run = None
+        if run is None:
+            run = self._pubs = _PubRun(topic, cmd, [] if defer_ms > 0 else None)
+        run.spans += SPAN.pack(body_off, body_len)
+        if run.defers is not None:
+            run.defers.append(defer_ms)
+
+    def _flush_pubs(self) -> None:
+        """Publish the queued run of PUB/DPUB (if any) and answer each with OK. If it fails,
+        the error is the first command's, as it would have been had each gone alone."""
+        run = self._pubs
+        if run is None:
+            return
+        self._pubs = None
+        code = E.E_PUB_FAILED if run.cmd == "PUB" else E.E_DPUB_FAILED
+        self._publish(run.topic, run.spans, code, run.cmd, run.defers or 0, len(run.spans) // SPAN.size)
+
+    def _publish(self, topic: bytes, spans: bytes | bytearray, code: str, cmd: str,
+                 defer_ms: int | list[int] = 0, oks: int = 1) -> None:
+        """Publish the bodies at these spans of the read buffer (see Publisher.publish_spans)
+        and answer `oks` OKs."""
         try:
             self.server.publisher.publish_spans(topic, self.buf, spans, defer_ms)
         except TopicFull:
@@ -477,10 +527,10 @@ class V2Connection(asyncio.Protocol):
             log.error("%s to %s failed: %s", cmd, topic.decode(), exc)
             self.server.health_error(exc)
             raise FatalClientError(code, f"{cmd} failed {exc.strerror or exc}") from None
+        self.write(OK_FRAME if oks == 1 else OK_FRAME * oks)
         self.server.health_ok()
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(spans) // SPAN.size
         self.server.producers.changed()
-        self.write(OK_FRAME)
         self.server.apply_backpressure(self)
 
     def client_stats(self, topic: str | None) -> dict:

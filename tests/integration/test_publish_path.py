@@ -57,3 +57,58 @@ def test_pub_dpub_and_http_bodies_arrive_unchanged(broker):
     assert sorted(m.body for m in got) == sorted(
         [b"tcp-pub", b"tcp-dpub!", b"http-pub", b"http-defer"] + binary)
     assert all(len(m.id) == 16 and m.attempts == 1 for m in got)
+
+
+def _oks(c: Connection, n: int) -> None:
+    for _ in range(n):
+        c.expect_ok()
+
+
+def test_pipelined_pubs_and_dpubs_are_answered_in_order_and_each_kept(broker):
+    """A burst of PUB and DPUB in one write, across topics and delays: the acceptor takes
+    each run of them to one topic together (one append, one OK write), yet every command
+    gets its own OK, every message its own ID, and each DPUB its own due time."""
+    from nsqmp.client import wire
+
+    burst, expect = [], {"run_a": [], "run_b": []}
+    for i in range(300):
+        topic = "run_a" if i % 50 < 40 else "run_b"  # runs of 40 and 10, switching topics
+        body = b"p%03d" % i
+        burst.append(wire.pub(topic, body))
+        expect[topic].append(body)
+    # deferred ones among them, each due at its own time (listed out of due order)
+    for ms, body in ((900, b"d900"), (300, b"d300"), (600, b"d600"), (0, b"d000")):
+        burst.append(wire.dpub("run_b", ms, body))
+        expect["run_b"].append(body)
+    burst.append(wire.pub("run_b", b"last"))
+    expect["run_b"].append(b"last")
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        sent = time.monotonic()
+        c.send(b"".join(burst))
+        _oks(c, len(burst))
+    got_a = _drain(broker, "run_a", len(expect["run_a"]))
+    assert [m.body for m in got_a] == expect["run_a"]
+    got_b = _drain(broker, "run_b", len(expect["run_b"]), timeout=20.0)
+    arrived = time.monotonic() - sent
+    bodies = [m.body for m in got_b]
+    assert sorted(bodies) == sorted(expect["run_b"])
+    assert bodies[-3:] == [b"d300", b"d600", b"d900"], bodies[-5:]  # by due time
+    assert arrived >= 0.9
+    ids = [m.id for m in got_a + got_b]
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_bad_command_in_a_pub_run_comes_after_the_oks_before_it(broker):
+    from nsqmp.client import wire
+    from tests.harness import assert_fatal
+
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        good = b"".join(wire.pub("run_c", b"ok-%d" % i) for i in range(3))
+        c.send(good + b"PUB bad!topic\n" + struct.pack(">i", 1) + b"x" + wire.pub("run_c", b"never"))
+        _oks(c, 3)
+        assert_fatal(c, b"", "E_BAD_TOPIC PUB topic name \"bad!topic\" is not valid")
+    assert sorted(m.body for m in _drain(broker, "run_c", 3)) == [b"ok-0", b"ok-1", b"ok-2"]
+    stats = broker.stats(topic="run_c")["topics"][0]
+    assert stats["message_count"] == 3, stats

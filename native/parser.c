@@ -75,6 +75,20 @@ make_params(const uint8_t *buf, size_t line, size_t len, int token)
     return params;
 }
 
+/* The buffer of obj, which must reach pos; -1 with an exception otherwise. */
+static int
+get_view(PyObject *obj, Py_ssize_t pos, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (pos > view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "pos is past the end of the buffer");
+        return -1;
+    }
+    return 0;
+}
+
 static int
 get_index(PyObject *obj, const char *what, Py_ssize_t lo, Py_ssize_t *out)
 {
@@ -182,13 +196,8 @@ Parser_scan(ParserObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         return NULL;
 
     Py_buffer view;
-    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0)
+    if (get_view(argv[0], pos, &view) < 0)
         return NULL;
-    if (pos > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pos is past the end of the buffer");
-        return NULL;
-    }
     const uint8_t *buf = (const uint8_t *)view.buf;
     size_t n = (size_t)view.len;
     PyObject *commands = PyList_New(0);
@@ -268,13 +277,8 @@ Parser_fins(ParserObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (nargs > 2 && get_index(args[2], "max_ids", 1, &max_ids) < 0)
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (get_view(args[0], pos, &view) < 0)
         return NULL;
-    if (pos > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pos is past the end of the buffer");
-        return NULL;
-    }
     const uint8_t *buf = (const uint8_t *)view.buf;
     size_t n = (size_t)view.len, end = (size_t)pos, len;
     Py_ssize_t count = 0;

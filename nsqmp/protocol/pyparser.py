@@ -98,6 +98,19 @@ def _limit_arg(value: int, what: str) -> int:
     return value
 
 
+def _walk_args(buf: Any, pos: int, most: int, most_name: str) -> tuple[bytes | bytearray, int, int]:
+    """scan() and fins(): the buffer's bytes, the start and the limit, checked alike."""
+    pos, most = pos.__index__(), most.__index__()
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    if most < 1:
+        raise ValueError(f"{most_name} must be >= 1")
+    data = _bytes(buf)
+    if pos > len(data):
+        raise ValueError("pos is past the end of the buffer")
+    return data, pos, most
+
+
 class PyParser:
     """Framing of NSQ V2 commands in a connection's read buffer."""
 
@@ -125,16 +138,8 @@ class PyParser:
         """The IDs of the plain FIN lines (native/parser.h) from pos, at most max_ids:
         ``(ids, end)``, the 16-byte IDs end to end and where the first other line starts.
         scan() would return the same lines as ``(b"FIN", ID)`` commands."""
-        pos = pos.__index__()
-        max_ids = max_ids.__index__()
-        if pos < 0:
-            raise ValueError("pos must be >= 0")
-        if max_ids < 1:
-            raise ValueError("max_ids must be >= 1")
-        data = _bytes(buf)
+        data, pos, max_ids = _walk_args(buf, pos, max_ids, "max_ids")
         n = len(data)
-        if pos > n:
-            raise ValueError("pos is past the end of the buffer")
         ids: list[bytes] = []
         while len(ids) < max_ids and n - pos >= 21 and data.startswith(b"FIN ", pos):
             ident = bytes(data[pos + 4:pos + 20])
@@ -156,16 +161,8 @@ class PyParser:
     def scan(self, buf: Buffer, pos: int = 0, max_commands: int = 1024
              ) -> tuple[list[Command], int, int, ClientErrorText | None]:
         """Every complete command in buf from pos (see the module docstring)."""
-        pos = pos.__index__()
-        max_commands = max_commands.__index__()
-        if pos < 0:
-            raise ValueError("pos must be >= 0")
-        if max_commands < 1:
-            raise ValueError("max_commands must be >= 1")
-        data = _bytes(buf)
+        data, pos, max_commands = _walk_args(buf, pos, max_commands, "max_commands")
         n = len(data)
-        if pos > n:
-            raise ValueError("pos is past the end of the buffer")
         max_line, max_msg, max_body = self._max_line, self._max_msg, self._max_body
         commands: list[Command] = []
         append = commands.append

@@ -16,7 +16,7 @@ import orjson
 from nsqmp import memstats
 from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD
 from nsqmp.ipc import records
-from nsqmp.router.channel import Channel, Consumer, Deferred, Flight, Message
+from nsqmp.router.channel import DEFER_SLOT_NS, Channel, Consumer, Deferred, Flight, Message
 from nsqmp.router.filequeue import read_span
 from nsqmp.router.lateness import FireLateness
 from nsqmp.router.lookup import LookupLink
@@ -320,11 +320,17 @@ class Router(Role):
         for ch in topic.channels.values():
             keep = [(m, a) for m, a in ch.ready if m.segment is not seg]
             gone = [m for m, a in ch.ready if m.segment is seg]
-            for d in [d for d in ch.deferred.values() if d.message.segment is seg]:
-                del ch.deferred[d.token]
-                self.tokens.pop(d.token, None)
-                self._disarms.append(d.token)
-                gone.append(d.message)
+            for d in list(ch.deferred.values()):
+                keep = [(m, a) for m, a in d.entries if m.segment is not seg]
+                if len(keep) == len(d.entries):
+                    continue
+                gone.extend(m for m, a in d.entries if m.segment is seg)
+                ch.deferred_count -= len(d.entries) - len(keep)
+                d.entries = keep
+                if not keep:
+                    del ch.deferred[d.slot]
+                    self.tokens.pop(d.token, None)
+                    self._disarms.append(d.token)
             ch.ready.clear()
             ch.ready.extend(keep)
             for m in gone:
@@ -448,14 +454,18 @@ class Router(Role):
         return wall_ns - time.time_ns() + time.monotonic_ns()
 
     def _defer(self, ch: Channel, m: Message, attempts: int, deadline: int) -> None:
-        token = next(self._token_seq)
-        deadline = max(deadline, 0)  # long past (a recovered message): due at once
-        entry = Deferred(token, m, attempts, ch, deadline)
-        ch.deferred[token] = entry
-        self.tokens[token] = entry
-        self._arms.append(token)
-        self._arms.append(deadline)
-        self._flush_timer_soon()
+        """Hold m until deadline (monotonic ns), with the channel's others due in that
+        millisecond (Deferred): a new timer entry only for the first of them."""
+        slot = max(deadline, 0) // DEFER_SLOT_NS  # long past (a recovered message): due at once
+        batch = ch.deferred.get(slot)
+        if batch is None:
+            batch = ch.deferred[slot] = Deferred(next(self._token_seq), ch, slot, (slot + 1) * DEFER_SLOT_NS)
+            self.tokens[batch.token] = batch
+            self._arms.append(batch.token)
+            self._arms.append(batch.deadline)
+            self._flush_timer_soon()
+        batch.entries.append((m, attempts))
+        ch.deferred_count += 1
 
     # -- consumers -------------------------------------------------------------------------
     def on_sub(self, src: int, rec: bytes) -> None:
@@ -553,11 +563,12 @@ class Router(Role):
         for m, _ in ch.ready:
             if m.segment is not None:
                 topic.release(m.segment)
-        for entry in ch.deferred.values():
-            self.tokens.pop(entry.token, None)
-            self._disarms.append(entry.token)
-            if entry.message.segment is not None:
-                topic.release(entry.message.segment)
+        for batch in ch.deferred.values():
+            self.tokens.pop(batch.token, None)
+            self._disarms.append(batch.token)
+            for m, _ in batch.entries:
+                if m.segment is not None:
+                    topic.release(m.segment)
         for m, _, _ in ch.in_flight.entries():
             if m.segment is not None:
                 topic.release(m.segment)
@@ -566,6 +577,7 @@ class Router(Role):
         ch.ready.clear()
         ch.in_flight.clear()
         ch.deferred.clear()
+        ch.deferred_count = 0
         for c in ch.consumers.values():
             for token in c.flights:
                 self.tokens.pop(token, None)
@@ -696,9 +708,11 @@ class Router(Role):
                 continue
             if isinstance(entry, Deferred):
                 ch = entry.channel
-                del ch.deferred[token]
-                ch.ready.append((entry.message, entry.attempts))
-                late_deferred.add(now - entry.deadline)
+                del ch.deferred[entry.slot]
+                ch.ready.extend(entry.entries)
+                ch.deferred_count -= len(entry.entries)
+                # counted from the slot's start: at most 1 ms more than from each due time
+                late_deferred.add(now - entry.deadline + DEFER_SLOT_NS, len(entry.entries))
             else:  # a flight: its members still in it time out together
                 c = entry.consumer
                 ch = c.channel

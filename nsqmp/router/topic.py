@@ -212,9 +212,8 @@ class Topic:
             if ch is not None:
                 cm.counts = {k: getattr(ch, k) for k in self.CHANNEL_COUNTS}
                 cm.deferred = [
-                    (d.message.segment.acceptor, d.message.segment.seq, d.message.offset,
-                     d.deadline + to_wall, d.attempts)
-                    for d in ch.deferred.values() if d.message.segment is not None
+                    (m.segment.acceptor, m.segment.seq, m.offset, d.deadline + to_wall, tries)
+                    for d in ch.deferred.values() for m, tries in d.entries if m.segment is not None
                 ]
                 cm.attempts = [(m.segment.acceptor, m.segment.seq, m.offset, tries)
                                for m, tries in ch.ready if tries and m.segment is not None]

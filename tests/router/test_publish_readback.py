@@ -75,9 +75,12 @@ def test_a_deferred_batch_waits_with_its_due_time(router):
     ch = topic.add_channel(b"a", None)
     blob = batch(0, [b"later", b"too"], due=2**62)
     publish(router, b"t", 0, 64, blob, 2)
-    assert not ch.ready and len(ch.deferred) == 2
-    assert all(isinstance(d, Deferred) and d.attempts == 0 for d in ch.deferred.values())
-    assert sorted(d.message.body for d in ch.deferred.values()) == [b"later", b"too"]
+    # both due in the same millisecond: one Deferred, one token, one timer entry
+    assert not ch.ready and ch.deferred_count == 2 and len(ch.deferred) == 1
+    (d,) = ch.deferred.values()
+    assert isinstance(d, Deferred) and router.tokens[d.token] is d
+    assert [(m.body, tries) for m, tries in d.entries] == [(b"later", 0), (b"too", 0)]
+    assert list(router._arms) == [d.token, d.deadline]
     assert topic.message_bytes == 8 and topic.segments[(0, 0)].bytes == len(blob)
 
 
@@ -106,5 +109,33 @@ def test_refill_reads_ranges_back_as_ready_entries(router, tmp_path):
     ch.pending.add(seg, HEADER_SIZE + len(plain), end, 2)
     router._refill(ch)
     assert [(m.body, tries) for m, tries in ch.ready] == [(b"p1", 0), (b"p2", 0), (b"d-past", 0)]
-    assert [d.message.body for d in ch.deferred.values()] == [b"d-future"]
+    assert [m.body for d in ch.deferred.values() for m, _ in d.entries] == [b"d-future"]
+    assert ch.deferred_count == 1
     assert not ch.pending
+
+
+def test_deferred_messages_share_a_timer_entry_per_millisecond_and_fire_together(router):
+    from nsqmp.router.channel import DEFER_SLOT_NS
+
+    topic = router._topic(b"t")
+    ch = topic.add_channel(b"a", None)
+    msgs = [Message(b"%016x" % i, 0, b"m%d" % i, None, 0) for i in range(5)]
+    base = 7 * DEFER_SLOT_NS
+    for m, at in zip(msgs, (base + 10, base + DEFER_SLOT_NS - 1, base + DEFER_SLOT_NS, base + 5, -3)):
+        router._defer(ch, m, 2, at)
+    assert ch.deferred_count == 5 and sorted(ch.deferred) == [0, 7, 8]
+    seven, eight = ch.deferred[7], ch.deferred[8]
+    assert [m.body for m, _ in seven.entries] == [b"m0", b"m1", b"m3"]
+    assert seven.deadline == 8 * DEFER_SLOT_NS and eight.deadline == 9 * DEFER_SLOT_NS  # never early
+    assert ch.deferred[0].deadline == DEFER_SLOT_NS  # long past: due at once
+    arms = list(router._arms)
+    assert len(arms) == 6 and arms[0::2] == [seven.token, eight.token, ch.deferred[0].token]
+    # a FIRE for slot 7: its three, in arrival order, with their attempts
+    router.on_fire(0, records.tokens(records.FIRE, [seven.token]))
+    assert [(m.body, tries) for m, tries in ch.ready] == [(b"m0", 2), (b"m1", 2), (b"m3", 2)]
+    assert ch.deferred_count == 2 and 7 not in ch.deferred and seven.token not in router.tokens
+    assert sum(router.fire_lateness["deferred"].counts) == 3
+    # clearing the channel forgets the rest and disarms their entries
+    router._clear_channel(ch)
+    assert ch.deferred_count == 0 and not ch.deferred
+    assert sorted(router._disarms) == sorted([eight.token, arms[4]])

@@ -66,6 +66,9 @@ py_keep_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     }
     memcpy(keys, live.buf, (size_t)live.len);  /* aligned copies of the keys */
     const unsigned char *src = data.buf;
+    /* no Python object is touched below: a compaction on the syncing thread lets the
+     * router's loop run meanwhile (the buffers stay exported until the end) */
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *e = src + i * ACK_ENTRY;
         uint64_t acceptor = (uint64_t)e[2] | (uint64_t)e[3] << 8;
@@ -75,6 +78,7 @@ py_keep_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
             kept++;
         }
     }
+    Py_END_ALLOW_THREADS
     out = PyBytes_FromStringAndSize(dst, kept * ACK_ENTRY);
     PyMem_Free(keys);
     PyMem_Free(dst);

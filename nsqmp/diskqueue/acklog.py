@@ -9,12 +9,15 @@ Entry (16 bytes, little-endian)::
 
 A message is finished for a channel when its position (acceptor, seq, offset) has an entry
 for that channel's id. The log only needs entries for segments that still exist:
-compact() rewrites it without the rest (temporary file, fsync, rename). Entries written
+compact_soon() rewrites it without the rest on the syncing thread (temporary file,
+fsync), and finish_compaction() renames that over the log once the entries appended
+meanwhile are added to it. Entries written
 through the mapping survive a crash of the process; sync() (msync) makes them survive a
 power loss.
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -25,6 +28,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from nsqmp.diskqueue.segment import in_background, sync_file
+
+log = logging.getLogger("nsqmp.diskqueue")
 
 FILE = "acks.log"
 ENTRY = struct.Struct("<HHIQ")
@@ -93,6 +98,42 @@ def read(topic_dir: str) -> Iterator[tuple[int, int, int, int]]:
         yield entry
 
 
+def _rewrite(path: str, end: int, keys: bytes) -> None:
+    """The syncing thread's part of a compaction: path.tmp gets the entries of path's
+    first `end` bytes whose file is in keys, fsynced."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.pread(fd, end, 0)  # the router's appends through its mapping included
+    finally:
+        os.close(fd)
+    kept = keep_entries(data, keys)  # the native filter lets go of the GIL
+    with open(path + ".tmp", "wb") as f:
+        f.write(kept)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _catch_up(path: str, start: int, end: int) -> None:
+    """The syncing thread's second part of a compaction: path's bytes [start, end),
+    appended during the first, added to path.tmp, fsynced."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
+    with open(path + ".tmp", "ab") as f:
+        f.write(data)
+        f.flush()
+        os.fdatasync(f.fileno())
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 class AckLog:
     def __init__(self, topic_dir: str) -> None:
         self.path = os.path.join(topic_dir, FILE)
@@ -106,6 +147,7 @@ class AckLog:
         self.pos = _written(self._map) * ENTRY.size
         self._dirty = False
         self._syncing: Future | None = None  # the background fdatasync under way
+        self._compacting: tuple[Future, int, int] | None = None  # a rewrite's job, step, offset
 
     @property
     def entries(self) -> int:
@@ -138,20 +180,73 @@ class AckLog:
 
     def compact(self, live: Iterable[tuple[int, int]]) -> int:
         """Rewrite the log with only the entries of segments in live ((acceptor, seq)
-        pairs); returns how many were kept."""
+        pairs) and wait for it; returns how many entries the log has then."""
+        self.compact_soon(live)
+        while self._compacting is not None:
+            self._compacting[0].exception()  # wait for its job
+            self.finish_compaction()
+        return self.entries
+
+    @property
+    def compacting(self) -> bool:
+        return self._compacting is not None
+
+    def compact_soon(self, live: Iterable[tuple[int, int]]) -> None:
+        """Start rewriting the log without the entries of segments not in live. The
+        syncing thread does the work (done at once on the loop, a rewrite of a million
+        entries held the router for 100-250 ms), in two jobs while appends go on:
+
+        1. read what is written so far from the file, filter it, write and fsync
+           the temporary file;
+        2. (started by finish_compaction()) add what was appended during 1, fsync.
+
+        finish_compaction() then adds the few entries appended during 2 and renames the
+        temporary file over the log. Renaming over a file makes the kernel write out the
+        new one first: whatever is not yet synced then is written while the loop waits,
+        so that part is kept small."""
+        if self._compacting is not None:
+            return
         keys = array("Q", sorted(a << 32 | q for a, q in live)).tobytes()
-        kept = keep_entries(self._map[:self.pos], keys)
+        self._compacting = (in_background(_rewrite, self.path, self.pos, keys), 1, self.pos)
+
+    def finish_compaction(self) -> bool:
+        """Move a rewrite on if its job is done (cheap otherwise: call it often). True
+        once it replaced the log (or failed and was dropped)."""
+        if self._compacting is None:
+            return False
+        job, step, start = self._compacting
+        if not job.done():
+            return False
         tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(kept)
-            f.flush()
-            os.fsync(f.fileno())
-        self.close()
+        try:
+            job.result()
+            if step == 1:
+                self._compacting = (in_background(_catch_up, self.path, start, self.pos), 2, self.pos)
+                return False
+            tail = self._map[start:self.pos]
+            if tail:
+                with open(tmp, "ab") as f:
+                    f.write(tail)
+        except OSError as exc:  # the log stays as it is; the next sync tries again
+            log.error("cannot rewrite %s: %s", self.path, exc)
+            self._compacting = None
+            _remove(tmp)
+            return True
+        self._compacting = None
+        # the old log goes without an msync (the rewrite holds its entries); its descriptor
+        # is closed on the syncing thread, after any sync of it queued there
+        self._map.close()
+        in_background(os.close, self._fd)
         os.rename(tmp, self.path)
         self.__init__(os.path.dirname(self.path))  # type: ignore[misc]
-        return len(kept) // ENTRY.size
+        self._dirty = bool(tail)
+        return True
 
     def close(self) -> None:
+        if self._compacting is not None:  # stopping: the rewrite is dropped
+            self._compacting[0].exception()
+            self._compacting = None
+            _remove(self.path + ".tmp")
         if self._map is not None:
             self._settle()
             if self._dirty:

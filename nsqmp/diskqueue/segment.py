@@ -66,12 +66,33 @@ def in_background(job, *args) -> Future:
     return _syncer.submit(job, *args)
 
 
+def drain_background() -> None:
+    """Wait until every job given to in_background() so far is done (before a directory
+    whose files it deletes is removed or made again)."""
+    if _syncer is not None:
+        _syncer.submit(_nothing).result()
+
+
+def _nothing() -> None:
+    pass
+
+
 def _forget_syncer() -> None:
     global _syncer
     _syncer = None  # its thread does not exist in a forked child
 
 
 os.register_at_fork(after_in_child=_forget_syncer)
+
+
+def remove_file(path: str) -> None:
+    """Delete a finished segment file, logging a failure: for in_background()."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.error("cannot delete finished segment %s: %s", path, exc)
 
 
 def sync_file(fd: int, path: str, close: bool = False) -> None:

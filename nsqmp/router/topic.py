@@ -8,7 +8,6 @@ deleted: every channel is done with it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 
@@ -16,7 +15,7 @@ from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.diskqueue.acklog import AckLog, pack_file
 from nsqmp.diskqueue.layout import topic_dir
-from nsqmp.diskqueue.segment import segment_path
+from nsqmp.diskqueue.segment import drain_background, in_background, remove_file, segment_path
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.channel import Channel
@@ -98,12 +97,10 @@ class Topic:
             self.dead_acks += seg.acked
             if not seg.dropped:
                 self.disk_bytes -= seg.bytes
-            try:
-                os.unlink(seg.path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.error("cannot delete finished segment %s: %s", seg.path, exc)
+            # off the loop: freeing a 100 MB file's pages took up to 95 ms. The syncing
+            # thread runs its jobs in order, so a later rewrite of the ack log that drops
+            # this file's entries never overtakes the deletion.
+            in_background(remove_file, seg.path)
 
     @property
     def durable(self) -> bool:
@@ -181,6 +178,7 @@ class Topic:
             if self.acklog is None:
                 self.acklog = AckLog(self.dir)
             self.acklog.append(self.acks)
+            self.acklog.finish_compaction()  # a rewrite under way moves on as soon as it can
         except OSError as exc:
             # kept for the next try: until then a restart would deliver these again
             log.error("cannot append %d acknowledgements of %s: %s", len(self.acks) // ACK.size,
@@ -191,12 +189,13 @@ class Topic:
     def sync(self) -> None:
         self.flush_acks()
         if self.acklog is not None:
+            self.acklog.finish_compaction()  # one that ran since the last sync
             self.acklog.sync()
             # entries of deleted segments are dead weight: rewrite once they are most of the
             # log (each rewrite then removes at least half of what it reads: O(1) per FIN)
-            if self.dead_acks > max(_COMPACT_MIN, self.acklog.entries // 2):
+            if not self.acklog.compacting and self.dead_acks > max(_COMPACT_MIN, self.acklog.entries // 2):
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
-                self.acklog.compact(live)
+                self.acklog.compact_soon(live)
                 self.dead_acks = 0
 
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
@@ -236,6 +235,9 @@ class Topic:
         if self.acklog is not None:
             self.acklog.close()
             self.acklog = None
+        # the deletions of its finished files are queued on the syncing thread: done before
+        # the directory goes (a topic made again must not lose a new file of the same name)
+        drain_background()
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from nsqmp.diskqueue import acklog, meta
 from nsqmp.diskqueue.layout import list_topics, topic_dir
+from nsqmp.diskqueue.segment import drain_background
 from tests.harness import native_module
 
 
@@ -64,3 +65,32 @@ def test_keep_entries_native_and_twin_agree_with_a_model(entries, live, tail):
 def test_pack_file_is_pack_of_the_same_entries(channel, acceptor, seq, offsets):
     assert acklog.pack_file(channel, acceptor, seq, offsets) == \
         acklog.pack([(channel, acceptor, seq, o) for o in offsets])
+
+
+def test_a_compaction_in_the_background_keeps_what_is_appended_meanwhile(tmp_path):
+    log = acklog.AckLog(str(tmp_path))
+    log.append(acklog.pack([(1, 0, 5, 64), (1, 0, 6, 64), (2, 0, 5, 96)]))
+    log.compact_soon({(0, 6)})
+    assert log.compacting
+    log.append(acklog.pack([(1, 0, 5, 128), (1, 0, 7, 64)]))  # while it runs: kept as they are
+    log.compact_soon({(0, 7)})  # one at a time: ignored
+    log.append(acklog.pack([(2, 0, 7, 96)]))
+    while not log.finish_compaction():  # the rewrite, then the catch-up, then the swap
+        drain_background()
+        log.append(acklog.pack([(4, 0, 7, 8)]))  # during each step
+    during = log.entries - 4
+    assert not log.compacting and during >= 2
+    log.append(acklog.pack([(3, 0, 7, 1)]))
+    log.close()
+    assert list(acklog.read(str(tmp_path))) == (
+        [(1, 0, 6, 64), (1, 0, 5, 128), (1, 0, 7, 64), (2, 0, 7, 96)] + [(4, 0, 7, 8)] * during + [(3, 0, 7, 1)])
+    assert sorted(os.listdir(tmp_path)) == ["acks.log"]
+
+
+def test_closing_during_a_compaction_keeps_the_log_and_drops_the_rewrite(tmp_path):
+    log = acklog.AckLog(str(tmp_path))
+    log.append(acklog.pack([(1, 0, 5, 64), (1, 0, 6, 64)]))
+    log.compact_soon({(0, 6)})
+    log.close()
+    assert list(acklog.read(str(tmp_path))) == [(1, 0, 5, 64), (1, 0, 6, 64)]
+    assert sorted(os.listdir(tmp_path)) == ["acks.log"]

@@ -115,10 +115,14 @@ def cmd_check_config(argv: list[str]) -> int:
 
 def cmd_bench(argv: list[str]) -> int:
     if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "timer", "suite",
-                                   "tuning", "backlog"):
-        print("usage: nsqmp bench {writer,reader,latency,timer,suite,tuning,backlog,ring,heap,parser} [options]",
-              file=sys.stderr)
+                                   "tuning", "backlog", "floor"):
+        print("usage: nsqmp bench {writer,reader,latency,timer,suite,tuning,backlog,floor,ring,heap,parser} "
+              "[options]", file=sys.stderr)
         return 2
+    if argv[0] == "floor":
+        from nsqmp.bench import floor
+
+        return floor.main(argv[1:]) or 0
     if argv[0] == "ring":
         from nsqmp.ipc import ringbench
 

@@ -7,7 +7,7 @@ a uvloop server in Python can do per PUB: frame the command, answer OK, nothing 
 file, no ID, no router). Measured in the same run as the broker, it shows how much of
 the round trip is the machine's and how much is nsqmp's.
 
-    python -m nsqmp.bench.floor [--runfor 10]
+    nsqmp bench floor [--runfor 10] [--size 200]
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def measure(runfor: float, size: int = 200) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsqmp.bench.floor")
+    p = argparse.ArgumentParser(prog="nsqmp bench floor")
     p.add_argument("--runfor", type=float, default=10.0)
     p.add_argument("--size", type=int, default=200)
     args = p.parse_args(argv)

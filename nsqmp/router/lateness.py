@@ -2,9 +2,10 @@
 
 A timed-out flight counts once per message it requeues, a deferred message once; the
 lateness is how long after its deadline the router took the FIRE and put the message
-back in its queue (for deferred messages, after the start of the millisecond they were
-due in, which their shared timer entry ends: up to 1 ms more than from each due time) (timer, ring and router backlog included; the delivery pass that
-follows in the same loop and the trip to the client are not). Buckets are four per
+back in its queue (timer, ring and router backlog included; the delivery pass that
+follows in the same loop and the trip to the client are not). A deferred message's
+deadline is the start of the millisecond it was due in, whose end its shared timer
+entry fires at: up to 1 ms more than from its own due time, never less. Buckets are four per
 doubling of microseconds, so a percentile read from them is the bucket's upper bound
 (or the largest lateness seen, if lower): at most 19 % above the true value, never below. Routers' snapshots add up.
 ``/stats?format=json&include_timer=true`` shows the merged summary.

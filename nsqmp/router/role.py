@@ -321,13 +321,13 @@ class Router(Role):
             keep = [(m, a) for m, a in ch.ready if m.segment is not seg]
             gone = [m for m, a in ch.ready if m.segment is seg]
             for d in list(ch.deferred.values()):
-                keep = [(m, a) for m, a in d.entries if m.segment is not seg]
-                if len(keep) == len(d.entries):
+                left = [(m, a) for m, a in d.entries if m.segment is not seg]
+                if len(left) == len(d.entries):
                     continue
                 gone.extend(m for m, a in d.entries if m.segment is seg)
-                ch.deferred_count -= len(d.entries) - len(keep)
-                d.entries = keep
-                if not keep:
+                ch.deferred_count -= len(d.entries) - len(left)
+                d.entries = left
+                if not left:
                     del ch.deferred[d.slot]
                     self.tokens.pop(d.token, None)
                     self._disarms.append(d.token)

@@ -139,3 +139,27 @@ def test_deferred_messages_share_a_timer_entry_per_millisecond_and_fire_together
     router._clear_channel(ch)
     assert ch.deferred_count == 0 and not ch.deferred
     assert sorted(router._disarms) == sorted([eight.token, arms[4]])
+
+
+def test_drop_oldest_forgets_a_files_queued_and_deferred_copies_only(router):
+    from nsqmp.router.channel import DEFER_SLOT_NS
+
+    topic = router._topic(b"t")
+    ch = topic.add_channel(b"a", None)
+    old = topic.segment(0, 0)
+    old.refs += 3  # held by the messages below, so the roll to the next file keeps it
+    new = topic.segment(0, 1)
+    new.refs += 3
+    mk = [Message(b"%016x" % i, 0, b"m%d" % i, seg, 64 + i) for i, seg in enumerate([old, new] * 3)]
+    ch.ready.extend([(mk[0], 0), (mk[1], 1)])  # m0 old, m1 new
+    slot = 5 * DEFER_SLOT_NS
+    router._defer(ch, mk[2], 0, slot)  # old, alone in its slot
+    router._defer(ch, mk[3], 0, slot + 2 * DEFER_SLOT_NS)  # new
+    router._defer(ch, mk[4], 0, slot + 2 * DEFER_SLOT_NS)  # old, beside m3
+    router._defer(ch, mk[5], 0, slot + 3 * DEFER_SLOT_NS)  # new
+    alone = ch.deferred[5].token
+    router._drop_segment(topic, old)
+    assert [(m.body, a) for m, a in ch.ready] == [(b"m1", 1)]
+    assert {s: [m.body for m, _ in d.entries] for s, d in ch.deferred.items()} == {7: [b"m3"], 8: [b"m5"]}
+    assert ch.deferred_count == 2 and alone not in router.tokens and alone in router._disarms
+    assert old.refs == 0 and new.refs == 3

@@ -273,6 +273,9 @@ class Acceptor(Role):
                 replies.append(orjson.loads(rec[records.REQ_ID.size:]))
                 if len(replies) == expected and not fut.done():
                     fut.set_result(None)
+        elif kind == records.BARRIER:
+            # behind every record we queued for this router before: see router/controls.py
+            self.endpoint.send(src, bytes((records.BARRIER_OK,)) + rec[1:])
         elif kind == records.SUB_OK:
             _, conn = records.CONN.unpack_from(rec)
             c = self.connections.get(conn)

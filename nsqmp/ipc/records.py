@@ -22,6 +22,7 @@ followed by at most one variable part. Layouts, by kind::
                                                 (acceptor 0: what the lookupds know of a new topic)
     LOOKUPDS | kind | count u16                     (acceptor 0: lookupds configured; 0 = none)
     CONFIG   | kind | JSON {option: value}          (acceptor 0: run-time options, see CONFIG_SET)
+    BARRIER_OK | kind | barrier u64                 (queued behind everything sent before it)
   router -> acceptor
     DELIVER  | kind | conn u64 | message frames, ready to write to the socket
     CONN_ERR | kind | conn u64 | fatal u8 | error text
@@ -31,6 +32,7 @@ followed by at most one variable part. Layouts, by kind::
     CLOSE_CONN | kind | conn u64                    (its topic or channel was deleted: close it)
     TOPIC_GONE | kind | topic                       (deleted: drop the segment writer)
     SUB_OK   | kind | conn u64                      (the channel exists and the consumer is known)
+    BARRIER  | kind | barrier u64                   (answer BARRIER_OK: see nsqmp.router.controls)
   router -> acceptor 0 (the registrar, which speaks for the broker to every nsqlookupd)
     LOOKUP_REG   | kind | register u8 | topic_len u8 | topic | channel
                                                 (REGISTER or UNREGISTER; no channel: the topic)
@@ -61,8 +63,8 @@ import sys
 from array import array
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
-CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT = range(11, 15)
-DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK = range(20, 28)
+CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK = range(11, 16)
+DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK, BARRIER = range(20, 29)
 LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
@@ -83,6 +85,7 @@ REQ_ID = struct.Struct("<BI")
 CONN_ERR_HEAD = struct.Struct("<BQB")
 TOKEN_DEADLINE = struct.Struct("<Qq")
 TOKEN = struct.Struct("<Q")
+BARRIER_ID = struct.Struct("<BQ")
 
 
 def conn_id(acceptor: int, generation: int, number: int) -> int:

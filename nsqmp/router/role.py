@@ -17,6 +17,7 @@ from nsqmp import memstats
 from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD
 from nsqmp.ipc import records
 from nsqmp.router.channel import DEFER_SLOT_NS, Channel, Consumer, Deferred, Flight, Message
+from nsqmp.router.controls import OrderedControls
 from nsqmp.router.filequeue import read_span
 from nsqmp.router.lateness import FireLateness
 from nsqmp.router.lookup import LookupLink
@@ -66,6 +67,8 @@ class Router(Role):
         self.lookup = LookupLink(self)
         # PUT /config/...: router 0 keeps every option changed at run time (CONFIG_SET)
         self.config_overrides: dict = {}
+        # requests are answered once every publish answered before them is in (controls.py)
+        self.controls = OrderedControls(self, self.answer_control)
         self.handlers = {
             records.PUBLISH: self.on_publish,
             records.PUBLISH_AT: self.on_publish_at,
@@ -77,7 +80,8 @@ class Router(Role):
             records.CLS: self.on_cls,
             records.GONE: self.on_gone,
             records.A_HELLO: self.on_acceptor_hello,
-            records.CONTROL: self.on_control,
+            records.CONTROL: self.controls.add,
+            records.BARRIER_OK: self.controls.on_ok,
             records.FIRE: self.on_fire,
             records.T_HELLO: self.on_timer_hello,
             records.CHANNELS: lambda src, rec: self.lookup.on_channels(rec),
@@ -525,6 +529,8 @@ class Router(Role):
             if found:
                 self.log.info("took %d records of acceptor %d's previous incarnation from its files",
                               found, acceptor)
+        # a barrier sent to the old incarnation: its records are all in now
+        self.controls.forget(src)
 
     def _drop_consumer(self, c: Consumer) -> None:
         """Forget a consumer and requeue what it had in flight at once."""
@@ -873,7 +879,7 @@ class Router(Role):
             self.endpoint.send(dst, data)
 
     # -- control requests from acceptors ---------------------------------------------------------
-    def on_control(self, src: int, rec: bytes) -> None:
+    def answer_control(self, src: int, rec: bytes) -> None:
         _, req_id = records.REQ_ID.unpack_from(rec)
         request = orjson.loads(rec[records.REQ_ID.size:])
         op = request.get("op")

@@ -86,6 +86,9 @@ class OrderedControls:
         del self.waiting[:self._covered]
         self._covered = 0
         for src, rec in batch:
-            self.handle(src, rec)
+            try:
+                self.handle(src, rec)
+            except Exception:  # a bug in one request must not leave the others unanswered
+                log.exception("control request failed: %r", bytes(rec[:200]))
         if self.waiting:
             self._start()

@@ -592,7 +592,9 @@ class V2Connection(asyncio.Protocol):
             **self._auth_stats(),
         })
         ep = self.server.endpoint
-        ep.send(self.router, records.sub(self.conn, self.topic, self.channel, info))
+        # the first SUB holds the connection until SUB_OK; a re-sent one does not (RESUB)
+        kind = records.SUB if self.waiting_for == "SUB" else records.RESUB
+        ep.send(self.router, records.sub(self.conn, self.topic, self.channel, info, kind))
         if self.rdy:
             ep.send(self.router, records.CONN_U32.pack(records.RDY, self.conn, self.rdy))
         if self.state == STATE_CLOSING:

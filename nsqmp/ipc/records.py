@@ -10,6 +10,7 @@ followed by at most one variable part. Layouts, by kind::
                                                 (a durable batch, not deferred: its records are
                                                  [offset, offset + size) of the segment file)
     SUB      | kind | conn u64 | topic_len u8 | topic | channel_len u8 | channel | client info (JSON)
+    RESUB    | as SUB                              (the same consumer again, to a restarted router)
     RDY      | kind | conn u64 | count u32
     FIN      | kind | conn u64 | n x id 16            (one connection's FINs, in order)
     REQ      | kind | conn u64 | delay_ms u32 | id 16
@@ -63,7 +64,7 @@ import sys
 from array import array
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
-CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK = range(11, 16)
+CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK, RESUB = range(11, 17)
 DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK, BARRIER = range(20, 29)
 LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
 ARM, DISARM = 30, 31
@@ -108,8 +109,8 @@ def publish_at(seg_acceptor: int, seg_seq: int, offset: int, count: int, size: i
     return PUBLISH_AT_HEAD.pack(PUBLISH_AT, seg_acceptor, seg_seq, offset, count, size, len(topic)) + topic
 
 
-def sub(conn: int, topic: bytes, channel: bytes, info: bytes) -> bytes:
-    return CONN.pack(SUB, conn) + bytes((len(topic),)) + topic + bytes((len(channel),)) + channel + info
+def sub(conn: int, topic: bytes, channel: bytes, info: bytes, kind: int = SUB) -> bytes:
+    return CONN.pack(kind, conn) + bytes((len(topic),)) + topic + bytes((len(channel),)) + channel + info
 
 
 def unpack_sub(rec: bytes) -> tuple[int, bytes, bytes, bytes]:

@@ -13,6 +13,9 @@ publish a client saw answered before sending its request has been handled, and t
 requests are answered in the order they came. Requests arriving meanwhile wait for the
 next barrier, so a busy router runs one barrier for many requests.
 
+A SUB that creates its channel waits for a barrier the same way (Router.on_sub), so
+the new channel does not get a deferred message answered on the other acceptor first.
+
 An acceptor that restarts never answers the barrier its old incarnation was sent (its
 records are rescanned from its files at the hello); one that does not answer within
 BARRIER_TIMEOUT is not waited for longer.
@@ -20,6 +23,7 @@ BARRIER_TIMEOUT is not waited for longer.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Callable
 
 from nsqmp.ipc import records
@@ -33,7 +37,7 @@ class OrderedControls:
     def __init__(self, router, handle: Callable[[int, bytes], None]) -> None:
         self.router = router
         self.handle = handle
-        self.waiting: list[tuple[int, bytes]] = []  # (source slot, CONTROL record)
+        self.waiting: list[Callable[[], None]] = []  # what to do once the barrier is passed
         self._covered = 0  # how many of `waiting` the barrier under way answers
         # ids carry the router's incarnation: a BARRIER_OK left in a ring by an acceptor
         # answering our previous incarnation never matches ours
@@ -42,7 +46,11 @@ class OrderedControls:
         self._timer = None
 
     def add(self, src: int, rec: bytes) -> None:
-        self.waiting.append((src, rec))
+        """A CONTROL record from the acceptor at slot src: answered behind a barrier."""
+        self.after_barrier(partial(self.handle, src, rec))
+
+    def after_barrier(self, then: Callable[[], None]) -> None:
+        self.waiting.append(then)
         if not self._covered:
             self._start()
 
@@ -85,10 +93,10 @@ class OrderedControls:
         batch = self.waiting[:self._covered]
         del self.waiting[:self._covered]
         self._covered = 0
-        for src, rec in batch:
+        for then in batch:
             try:
-                self.handle(src, rec)
+                then()
             except Exception:  # a bug in one request must not leave the others unanswered
-                log.exception("control request failed: %r", bytes(rec[:200]))
+                log.exception("a request behind a barrier failed: %r", then)
         if self.waiting:
             self._start()

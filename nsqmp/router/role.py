@@ -10,12 +10,14 @@ import random
 import time
 from array import array
 from collections import deque
+from functools import partial
 
 import orjson
 
 from nsqmp import memstats
 from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD
 from nsqmp.ipc import records
+from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.channel import DEFER_SLOT_NS, Channel, Consumer, Deferred, Flight, Message
 from nsqmp.router.controls import OrderedControls
 from nsqmp.router.filequeue import read_span
@@ -69,10 +71,12 @@ class Router(Role):
         self.config_overrides: dict = {}
         # requests are answered once every publish answered before them is in (controls.py)
         self.controls = OrderedControls(self, self.answer_control)
+        self._subs_waiting: dict[int, int] = {}  # conn -> slot: SUBs behind a barrier (on_sub)
         self.handlers = {
             records.PUBLISH: self.on_publish,
             records.PUBLISH_AT: self.on_publish_at,
             records.SUB: self.on_sub,
+            records.RESUB: self._subscribe,
             records.RDY: self.on_rdy,
             records.FIN: self.on_fin,
             records.REQ: self.on_req,
@@ -473,6 +477,28 @@ class Router(Role):
 
     # -- consumers -------------------------------------------------------------------------
     def on_sub(self, src: int, rec: bytes) -> None:
+        """A connection's SUB. One that creates its channel waits for a barrier, as control
+        requests do (controls.py): the new channel must not get a deferred message answered
+        on the other acceptor before the SUB. The connection reads nothing more until
+        SUB_OK, so only its GONE can come meanwhile."""
+        conn, topic_name, channel_name, _ = records.unpack_sub(rec)
+        topic = self.topics.get(topic_name)
+        if topic is not None and channel_name in topic.channels:
+            self._subscribe(src, rec)
+            return
+        self._subs_waiting[conn] = src
+        self.controls.after_barrier(partial(self._subscribe_after_barrier, src, rec))
+
+    def _subscribe_after_barrier(self, src: int, rec: bytes) -> None:
+        conn, topic_name, channel_name, _ = records.unpack_sub(rec)
+        if self._subs_waiting.pop(conn, None) is not None:
+            self._subscribe(src, rec)
+        elif not is_ephemeral(channel_name):
+            # gone meanwhile: nsqd's SUB would have made the channel, which outlives its
+            # consumer unless it is #ephemeral
+            self.get_channel(self._topic(topic_name), channel_name)
+
+    def _subscribe(self, src: int, rec: bytes) -> None:
         conn, topic_name, channel_name, info = records.unpack_sub(rec)
         old = self.consumers.get(conn)
         if old is not None:
@@ -506,6 +532,7 @@ class Router(Role):
 
     def on_gone(self, src: int, rec: bytes) -> None:
         _, conn = records.CONN.unpack(rec)
+        self._subs_waiting.pop(conn, None)
         c = self.consumers.get(conn)
         if c is not None:
             self._drop_consumer(c)
@@ -520,6 +547,9 @@ class Router(Role):
         for c in list(self.consumers.values()):
             if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
                 self._drop_consumer(c)
+        for conn in [k for k in self._subs_waiting
+                     if records.conn_acceptor(k) == acceptor and records.conn_generation(k) != generation]:
+            del self._subs_waiting[conn]
         if generation > 1:
             # the old incarnation may have answered OK for records whose PUBLISH never made
             # it into the ring: they are in its segment files, past our high-water mark

@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 from nsqmp.client import Connection, wire
 from nsqmp.roles import BEAT_INTERVAL
@@ -20,34 +21,88 @@ PRODUCERS = 8  # DPUBs on connections the kernel spreads over both acceptors
 LATE = 8  # channel creations, spread the same way
 
 
-def test_channel_created_after_an_answered_dpub_does_not_get_it(broker):
-    assert broker.http("POST", "/topic/create?topic=t_order")[0] == 200
-    assert broker.http("POST", "/channel/create?topic=t_order&channel=early")[0] == 200
+@contextmanager
+def routers_stopped(broker):
     routers = [pid for title, pid in broker.children().items() if title.startswith("nsqmp router")]
     assert routers
-    producers = [Connection.connect(broker.tcp_address) for _ in range(PRODUCERS)]
-    pool = ThreadPoolExecutor(LATE)
     for pid in routers:
         os.kill(pid, signal.SIGSTOP)
     try:
-        for i, conn in enumerate(producers):
-            conn.send(wire.dpub("t_order", 60_000, b"held-%d" % i))
-            conn.expect_ok()  # answered by the acceptor alone: the routers are stopped
-        created = [pool.submit(broker.http, "POST", f"/channel/create?topic=t_order&channel=late{i}")
-                   for i in range(LATE)]
-        time.sleep(0.5)  # the requests reach the rings, behind or ahead of the DPUBs
+        yield
     finally:
         for pid in routers:
             os.kill(pid, signal.SIGCONT)
-    assert [f.result(timeout=20)[0] for f in created] == [200] * LATE
-    pool.shutdown()
-    for conn in producers:
-        conn.close()
-    early = channel_stats(broker, "t_order", "early")
+
+
+def answered_dpubs(broker, topic: str) -> None:
+    """PRODUCERS DPUBs on as many connections, each answered OK by its acceptor alone
+    (the routers are stopped), due in a minute."""
+    for i in range(PRODUCERS):
+        with Connection.connect(broker.tcp_address) as conn:
+            conn.send(wire.dpub(topic, 60_000, b"held-%d" % i))
+            conn.expect_ok()
+
+
+def check_only_early_got_them(broker, topic: str) -> None:
+    early = channel_stats(broker, topic, "early")
     assert (early["deferred_count"], early["message_count"]) == (PRODUCERS, PRODUCERS), early
     for i in range(LATE):
-        late = channel_stats(broker, "t_order", f"late{i}")
+        late = channel_stats(broker, topic, f"late{i}")
         assert (late["deferred_count"], late["depth"], late["message_count"]) == (0, 0, 0), late
+
+
+def test_channel_created_after_an_answered_dpub_does_not_get_it(broker):
+    assert broker.http("POST", "/topic/create?topic=t_order")[0] == 200
+    assert broker.http("POST", "/channel/create?topic=t_order&channel=early")[0] == 200
+    with ThreadPoolExecutor(LATE) as pool:
+        with routers_stopped(broker):
+            answered_dpubs(broker, "t_order")
+            created = [pool.submit(broker.http, "POST", f"/channel/create?topic=t_order&channel=late{i}")
+                       for i in range(LATE)]
+            time.sleep(0.5)  # the requests reach the rings, behind or ahead of the DPUBs
+        assert [f.result(timeout=20)[0] for f in created] == [200] * LATE
+    check_only_early_got_them(broker, "t_order")
+
+
+def test_channel_made_by_sub_after_an_answered_dpub_does_not_get_it(broker):
+    assert broker.http("POST", "/topic/create?topic=t_subord")[0] == 200
+    assert broker.http("POST", "/channel/create?topic=t_subord&channel=early")[0] == 200
+    consumers = [Connection.connect(broker.tcp_address) for _ in range(LATE)]
+    for c in consumers:
+        c.identify()
+    with ThreadPoolExecutor(LATE) as pool:
+        with routers_stopped(broker):
+            answered_dpubs(broker, "t_subord")
+            subs = [pool.submit(c.sub, "t_subord", f"late{i}") for i, c in enumerate(consumers)]
+            time.sleep(0.5)
+        for f in subs:
+            f.result(timeout=20)  # OK
+    check_only_early_got_them(broker, "t_subord")
+    for i in range(LATE):
+        assert channel_stats(broker, "t_subord", f"late{i}")["client_count"] == 1
+    for c in consumers:
+        c.close()
+
+
+def test_a_sub_whose_connection_closes_while_it_waits(broker):
+    """The SUB's channel is made (nsqd's SUB makes it before anything else), without the
+    consumer; an #ephemeral one is not, as nsqd deletes it with its last consumer."""
+    assert broker.http("POST", "/topic/create?topic=t_subgone")[0] == 200
+    with routers_stopped(broker):
+        for channel in ("kept", "eph#ephemeral"):
+            with Connection.connect(broker.tcp_address) as c:
+                c.identify()
+                c.send(wire.sub("t_subgone", channel))
+        time.sleep(0.5)  # the SUBs and the GONEs reach the ring
+    kept = channel_stats(broker, "t_subgone", "kept")
+    assert (kept["client_count"], kept["clients"]) == (0, []), kept
+    assert channel_stats(broker, "t_subgone", "eph#ephemeral", missing_ok=True) == {}
+    # the channel works: a new consumer gets what is published to it
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        c.sub("t_subgone", "kept", rdy=1)
+        assert broker.http("POST", "/pub?topic=t_subgone", b"after")[0] == 200
+        assert c.read_message().body == b"after"
 
 
 def test_a_stopped_acceptor_delays_requests_by_the_barrier_timeout_only(broker):

@@ -115,4 +115,4 @@ def test_a_failing_request_does_not_leave_the_others_unanswered(setup, caplog):
     for slot in ACCEPTORS:
         oc.on_ok(slot, ok(bid2))
     assert answered == [b"r1", b"r2"]
-    assert "control request failed" in caplog.text
+    assert "a request behind a barrier failed" in caplog.text

@@ -71,7 +71,7 @@ class Router(Role):
         self.config_overrides: dict = {}
         # requests are answered once every publish answered before them is in (controls.py)
         self.controls = OrderedControls(self, self.answer_control)
-        self._subs_waiting: dict[int, int] = {}  # conn -> slot: SUBs behind a barrier (on_sub)
+        self._subs_waiting: set[int] = set()  # conns whose SUB waits for a barrier (on_sub)
         self.handlers = {
             records.PUBLISH: self.on_publish,
             records.PUBLISH_AT: self.on_publish_at,
@@ -486,12 +486,13 @@ class Router(Role):
         if topic is not None and channel_name in topic.channels:
             self._subscribe(src, rec)
             return
-        self._subs_waiting[conn] = src
+        self._subs_waiting.add(conn)
         self.controls.after_barrier(partial(self._subscribe_after_barrier, src, rec))
 
     def _subscribe_after_barrier(self, src: int, rec: bytes) -> None:
         conn, topic_name, channel_name, _ = records.unpack_sub(rec)
-        if self._subs_waiting.pop(conn, None) is not None:
+        if conn in self._subs_waiting:
+            self._subs_waiting.discard(conn)
             self._subscribe(src, rec)
         elif not is_ephemeral(channel_name):
             # gone meanwhile: nsqd's SUB would have made the channel, which outlives its
@@ -532,7 +533,7 @@ class Router(Role):
 
     def on_gone(self, src: int, rec: bytes) -> None:
         _, conn = records.CONN.unpack(rec)
-        self._subs_waiting.pop(conn, None)
+        self._subs_waiting.discard(conn)
         c = self.consumers.get(conn)
         if c is not None:
             self._drop_consumer(c)
@@ -547,9 +548,8 @@ class Router(Role):
         for c in list(self.consumers.values()):
             if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
                 self._drop_consumer(c)
-        for conn in [k for k in self._subs_waiting
-                     if records.conn_acceptor(k) == acceptor and records.conn_generation(k) != generation]:
-            del self._subs_waiting[conn]
+        self._subs_waiting = {k for k in self._subs_waiting if records.conn_acceptor(k) != acceptor
+                              or records.conn_generation(k) == generation}
         if generation > 1:
             # the old incarnation may have answered OK for records whose PUBLISH never made
             # it into the ring: they are in its segment files, past our high-water mark

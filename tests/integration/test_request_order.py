@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from nsqmp.client import Connection, wire
 from nsqmp.roles import BEAT_INTERVAL
+from tests.harness import wait_for
 from tests.integration.test_timer_client import channel_stats
 
 PRODUCERS = 8  # DPUBs on connections the kernel spreads over both acceptors
@@ -137,3 +138,25 @@ def test_a_stopped_acceptor_delays_requests_by_the_barrier_timeout_only(broker):
     assert BARRIER_TIMEOUT - 0.1 <= took < BARRIER_TIMEOUT + 1.5
     assert "did not answer a barrier" in broker.log_text()
     assert channel_stats(broker, "t_stuck", "c")["depth"] == 0
+
+
+def test_a_sub_waiting_when_its_acceptor_dies_makes_no_consumer(broker):
+    """kill -9 of the acceptors while a SUB waits in the ring: the restarted acceptor's
+    hello tells the router that connection is gone."""
+    assert broker.http("POST", "/topic/create?topic=t_suborphan")[0] == 200
+    acceptors = {title: pid for title, pid in broker.children().items() if title.startswith("nsqmp acceptor")}
+    with routers_stopped(broker):
+        c = Connection.connect(broker.tcp_address)
+        c.identify()
+        c.send(wire.sub("t_suborphan", "orphan"))
+        time.sleep(0.3)  # the SUB reaches the ring
+        for pid in acceptors.values():
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: all(broker.children().get(t, pid) != pid for t, pid in acceptors.items()),
+                 timeout=15, what="the acceptors' replacements")
+        time.sleep(0.5)  # their hellos reach the rings
+    c.close()
+    wait_for(lambda: channel_stats(broker, "t_suborphan", "orphan", missing_ok=True), timeout=10,
+             what="the SUB's channel")
+    orphan = channel_stats(broker, "t_suborphan", "orphan")
+    assert (orphan["client_count"], orphan["clients"]) == (0, []), orphan

@@ -11,7 +11,8 @@ acceptor a BARRIER; an acceptor answers BARRIER_OK through the same ring as its
 publishes, behind every record it queued before. When the last BARRIER_OK arrives, every
 publish a client saw answered before sending its request has been handled, and the
 requests are answered in the order they came. Requests arriving meanwhile wait for the
-next barrier, so a busy router runs one barrier for many requests.
+next barrier, so a busy router runs one barrier for many requests. With one acceptor
+there is nothing to overtake, and no barrier.
 
 A SUB that creates its channel waits for a barrier the same way (Router.on_sub), so
 the new channel does not get a deferred message answered on the other acceptor first.
@@ -50,6 +51,10 @@ class OrderedControls:
         self.after_barrier(partial(self.handle, src, rec))
 
     def after_barrier(self, then: Callable[[], None]) -> None:
+        if self.router.plan.acceptors == 1:
+            # one acceptor: its ring alone carries everything, already in order
+            _run(then)
+            return
         self.waiting.append(then)
         if not self._covered:
             self._start()
@@ -94,9 +99,13 @@ class OrderedControls:
         del self.waiting[:self._covered]
         self._covered = 0
         for then in batch:
-            try:
-                then()
-            except Exception:  # a bug in one request must not leave the others unanswered
-                log.exception("a request behind a barrier failed: %r", then)
+            _run(then)
         if self.waiting:
             self._start()
+
+
+def _run(then: Callable[[], None]) -> None:
+    try:
+        then()
+    except Exception:  # a bug in one request must not leave the others unanswered
+        log.exception("a request behind a barrier failed: %r", then)

@@ -116,3 +116,12 @@ def test_a_failing_request_does_not_leave_the_others_unanswered(setup, caplog):
         oc.on_ok(slot, ok(bid2))
     assert answered == [b"r1", b"r2"]
     assert "a request behind a barrier failed" in caplog.text
+
+
+def test_one_acceptor_needs_no_barrier(setup):
+    oc, sent, answered, _ = setup
+    oc.router.plan.acceptors = 1
+    oc.add(0, b"r1")
+    oc.add(0, b"r2")
+    assert answered == [b"r1", b"r2"]
+    assert sent == []

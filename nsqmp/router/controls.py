@@ -100,7 +100,7 @@ class OrderedControls:
         self._covered = 0
         for then in batch:
             _run(then)
-        if self.waiting:
+        if self.waiting and not self._covered:  # (one of them may have started it already)
             self._start()
 
 

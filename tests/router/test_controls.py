@@ -125,3 +125,19 @@ def test_one_acceptor_needs_no_barrier(setup):
     oc.add(0, b"r2")
     assert answered == [b"r1", b"r2"]
     assert sent == []
+
+
+def test_a_request_queued_while_a_batch_is_answered_gets_one_barrier(setup):
+    oc, sent, answered, _ = setup
+    oc.after_barrier(lambda: oc.after_barrier(lambda: answered.append(b"nested")))
+    oc.add(0, b"r1")  # during the first barrier: the second covers it
+    (bid,) = {b for _, b in barriers(sent)}
+    for slot in ACCEPTORS:
+        oc.on_ok(slot, ok(bid))
+    assert answered == []
+    second = barriers(sent)
+    assert sorted(slot for slot, _ in second) == ACCEPTORS  # one barrier, not two
+    (bid2,) = {b for _, b in second}
+    for slot in ACCEPTORS:
+        oc.on_ok(slot, ok(bid2))
+    assert answered == [b"r1", b"nested"]

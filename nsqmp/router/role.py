@@ -545,11 +545,14 @@ class Router(Role):
             self.lookup.send_state()  # the registrar starts from nothing
         if self.index == 0 and self.config_overrides:
             self.endpoint.send(src, bytes((records.CONFIG_SET,)) + orjson.dumps(self.config_overrides))
+
+        def gone(conn: int) -> bool:  # a connection of one of this acceptor's earlier incarnations
+            return records.conn_acceptor(conn) == acceptor and records.conn_generation(conn) != generation
+
         for c in list(self.consumers.values()):
-            if records.conn_acceptor(c.conn) == acceptor and records.conn_generation(c.conn) != generation:
+            if gone(c.conn):
                 self._drop_consumer(c)
-        self._subs_waiting = {k for k in self._subs_waiting if records.conn_acceptor(k) != acceptor
-                              or records.conn_generation(k) == generation}
+        self._subs_waiting = {conn for conn in self._subs_waiting if not gone(conn)}
         if generation > 1:
             # the old incarnation may have answered OK for records whose PUBLISH never made
             # it into the ring: they are in its segment files, past our high-water mark

@@ -9,7 +9,7 @@ setup(
                      "native/publish.c", "native/readback.c", "native/acklog.c",
                      "native/benchclient.c", "native/inflight.c"],
             depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
-                     "native/readback.h"],
+                     "native/readback.h", "native/message.h"],
             include_dirs=["native"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
         )

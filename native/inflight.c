@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "message.h"
+
 #define ID_LEN 16
 #define MIN_CAP 16
 #define STEP 16        /* old slots moved by each operation while a resize runs */
@@ -271,6 +273,8 @@ put_message(MapObject *self, PyObject *message, unsigned long attempts, PyObject
         PyErr_SetString(PyExc_OverflowError, "attempts does not fit in 32 bits");
         return -1;
     }
+    if (NSQMP_MESSAGE_CHECK(message))  /* the router's own: its id is in the struct */
+        return put(self, ((nsqmp_Message *)message)->id, message, (uint32_t)attempts, flight);
     PyObject *key = PyObject_GetAttr(message, str_id);
     if (key == NULL)
         return -1;
@@ -552,12 +556,18 @@ fail:
 static slot_t *
 member_slot(MapObject *self, PyObject *message, PyObject *flight)
 {
-    PyObject *key = PyObject_GetAttr(message, str_id);
-    if (key == NULL)
-        return NULL;
-    const uint8_t *id = id_bytes(key);
-    slot_t *s = id == NULL ? NULL : find(self, id, id_hash(id));
-    Py_DECREF(key);
+    slot_t *s;
+    if (NSQMP_MESSAGE_CHECK(message)) {
+        const uint8_t *id = ((nsqmp_Message *)message)->id;
+        s = find(self, id, id_hash(id));
+    } else {
+        PyObject *key = PyObject_GetAttr(message, str_id);
+        if (key == NULL)
+            return NULL;
+        const uint8_t *id = id_bytes(key);
+        s = id == NULL ? NULL : find(self, id, id_hash(id));
+        Py_DECREF(key);
+    }
     return s != NULL && s->message == message && s->flight == flight ? s : NULL;
 }
 
@@ -689,7 +699,9 @@ settle_flight(PyObject *flight, Py_ssize_t left, PyObject *emptied)
 static int
 add_ack(PyObject *runs, PyObject *message, PyObject **run_segment, PyObject **run_offsets)
 {
-    PyObject *segment = PyObject_GetAttr(message, str_segment);
+    int native = NSQMP_MESSAGE_CHECK(message);
+    PyObject *segment = native ? Py_NewRef(((nsqmp_Message *)message)->segment)
+                               : PyObject_GetAttr(message, str_segment);
     if (segment == NULL)
         return -1;
     if (segment == Py_None) {
@@ -715,7 +727,8 @@ add_ack(PyObject *runs, PyObject *message, PyObject **run_segment, PyObject **ru
     } else {
         Py_DECREF(segment);
     }
-    PyObject *offset = PyObject_GetAttr(message, str_offset);
+    PyObject *offset = native ? PyLong_FromLongLong(((nsqmp_Message *)message)->offset)
+                              : PyObject_GetAttr(message, str_offset);
     if (offset == NULL)
         return -1;
     int rc = PyList_Append(*run_offsets, offset);

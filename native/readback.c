@@ -4,54 +4,38 @@
  * read_messages and pack_frames.  The pure-Python twin is
  * nsqmp/router/pyreadback.py (same API, same results).
  *
- * Message is the router's one stored copy of a message: id, ts, body, segment,
- * offset.  It has no __dict__, compares and hashes by identity, and is not
- * tracked by the cycle collector: it refers to two bytes objects and its
- * segment (a router Segment, which never refers back to messages), so it
- * cannot be part of a reference cycle in the router.  That keeps millions of
- * queued messages out of every young-generation collection.
+ * Message is the router's one stored copy of a message, in one allocation
+ * (layout drawn in message.h, where inflight.c reads it too).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
+#include "message.h"
 #include "readback.h"
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *id;       /* bytes (16) */
-    PyObject *body;     /* bytes */
-    PyObject *segment;  /* any object or None */
-    long long ts;       /* ns */
-    long long offset;   /* of its record in the segment */
-} MessageObject;
-
-static PyTypeObject Message_Type;
+typedef nsqmp_Message MessageObject;
+#define Message_Type nsqmp_Message_Type
 
 static void
 Message_dealloc(MessageObject *self)
 {
-    Py_XDECREF(self->id);
-    Py_XDECREF(self->body);
     Py_XDECREF(self->segment);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* A new Message taking (stealing) the references id and body. */
-static PyObject *
-message_new_steal(PyObject *id, long long ts, PyObject *body, PyObject *segment, long long offset)
+PyObject *
+nsqmp_message_new(const uint8_t *id, long long ts, const char *body, Py_ssize_t body_len,
+                  PyObject *segment, long long offset)
 {
-    MessageObject *m = PyObject_New(MessageObject, &Message_Type);
-    if (m == NULL) {
-        Py_DECREF(id);
-        Py_DECREF(body);
+    MessageObject *m = PyObject_NewVar(MessageObject, &Message_Type, body_len);
+    if (m == NULL)
         return NULL;
-    }
-    m->id = id;
-    m->body = body;
     m->segment = Py_NewRef(segment);
     m->ts = ts;
     m->offset = offset;
+    memcpy(m->id, id, NSQMP_MESSAGE_ID);
+    memcpy(m->body, body, (size_t)body_len);
     return (PyObject *)m;
 }
 
@@ -59,37 +43,78 @@ static PyObject *
 Message_new(PyTypeObject *Py_UNUSED(type), PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"msg_id", "ts", "body", "segment", "offset", NULL};
-    PyObject *id, *body, *segment;
+    Py_buffer id, body;
+    PyObject *segment, *m = NULL;
     long long ts, offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OLOOL:Message", kwlist, &id, &ts, &body, &segment, &offset))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*Ly*OL:Message", kwlist, &id, &ts, &body, &segment, &offset))
         return NULL;
-    Py_INCREF(id);
-    Py_INCREF(body);
-    return message_new_steal(id, ts, body, segment, offset);
+    if (id.len != NSQMP_MESSAGE_ID)
+        PyErr_SetString(PyExc_ValueError, "a message id must be 16 bytes");
+    else
+        m = nsqmp_message_new(id.buf, ts, body.buf, body.len, segment, offset);
+    PyBuffer_Release(&id);
+    PyBuffer_Release(&body);
+    return m;
 }
 
+static PyObject *
+Message_get_id(MessageObject *self, void *Py_UNUSED(closure))
+{
+    return PyBytes_FromStringAndSize((const char *)self->id, NSQMP_MESSAGE_ID);
+}
+
+static PyObject *
+Message_get_body(MessageObject *self, void *Py_UNUSED(closure))
+{
+    return PyBytes_FromStringAndSize(self->body, Py_SIZE(self));
+}
+
+static PyObject *
+Message_get_segment(MessageObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->segment);
+}
+
+static int
+Message_set_segment(MessageObject *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete a message's segment");
+        return -1;
+    }
+    Py_SETREF(self->segment, Py_NewRef(value));
+    return 0;
+}
+
+static PyGetSetDef Message_getset[] = {
+    {"id", (getter)Message_get_id, NULL, "message id (16 bytes of ASCII hex; read-only)", NULL},
+    {"body", (getter)Message_get_body, NULL, "message body (read-only)", NULL},
+    {"segment", (getter)Message_get_segment, (setter)Message_set_segment,
+     "the Segment whose refs count this message, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef Message_members[] = {
-    {"id", T_OBJECT_EX, offsetof(MessageObject, id), 0, "message id (16 bytes of ASCII hex)"},
     {"ts", T_LONGLONG, offsetof(MessageObject, ts), 0, "timestamp, ns since the epoch"},
-    {"body", T_OBJECT_EX, offsetof(MessageObject, body), 0, "message body"},
-    {"segment", T_OBJECT_EX, offsetof(MessageObject, segment), 0,
-     "the Segment whose refs count this message, or None"},
     {"offset", T_LONGLONG, offsetof(MessageObject, offset), 0, "of its record in that segment"},
     {NULL, 0, 0, 0, NULL},
 };
 
 PyDoc_STRVAR(Message_doc,
 "Message(msg_id, ts, body, segment, offset)\n--\n\n"
-"A message as the router holds it; shared by every channel of its topic.");
+"A message as the router holds it; shared by every channel of its topic.\n"
+"msg_id (16 bytes) and body are copied into it and read-only.");
 
-static PyTypeObject Message_Type = {
+PyTypeObject nsqmp_Message_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "nsqmp._native.Message",
-    .tp_basicsize = sizeof(MessageObject),
+    .tp_basicsize = offsetof(MessageObject, body),
+    .tp_itemsize = 1,
     .tp_dealloc = (destructor)Message_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = Message_doc,
     .tp_members = Message_members,
+    .tp_getset = Message_getset,
     .tp_new = Message_new,
 };
 
@@ -147,15 +172,8 @@ py_read_messages(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t na
                          base + (long long)pos);
             goto fail;
         }
-        PyObject *id = PyBytes_FromStringAndSize((const char *)r.id, NQR_ID);
-        if (id == NULL)
-            goto fail;
-        PyObject *body = PyBytes_FromStringAndSize((const char *)r.body, (Py_ssize_t)r.body_len);
-        if (body == NULL) {
-            Py_DECREF(id);
-            goto fail;
-        }
-        PyObject *m = message_new_steal(id, r.ts, body, segment, base + (long long)pos);
+        PyObject *m = nsqmp_message_new(r.id, r.ts, (const char *)r.body, (Py_ssize_t)r.body_len,
+                                        segment, base + (long long)pos);
         if (m == NULL)
             goto fail;
         PyObject *due = PyLong_FromLongLong(r.due);
@@ -236,19 +254,7 @@ frame_message(PyObject *entry, Py_ssize_t i)
         return NULL;
     }
     MessageObject *msg = (MessageObject *)m;
-    if (msg->id == NULL || msg->body == NULL) {
-        PyErr_Format(PyExc_AttributeError, "entry %zd: a Message without id or body", i);
-        return NULL;
-    }
-    if (!PyBytes_Check(msg->id) || PyBytes_GET_SIZE(msg->id) != NQR_ID) {
-        PyErr_Format(PyExc_ValueError, "entry %zd: a message id must be 16 bytes", i);
-        return NULL;
-    }
-    if (!PyBytes_Check(msg->body)) {
-        PyErr_Format(PyExc_TypeError, "entry %zd: a message body must be bytes", i);
-        return NULL;
-    }
-    if (PyBytes_GET_SIZE(msg->body) > (Py_ssize_t)(INT32_MAX - 4 - NQE_MSG_HEAD)) {
+    if (Py_SIZE(msg) > (Py_ssize_t)(INT32_MAX - 4 - NQE_MSG_HEAD)) {
         PyErr_Format(PyExc_ValueError, "entry %zd: a message body too long for a frame", i);
         return NULL;
     }
@@ -289,7 +295,7 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
         MessageObject *msg = frame_message(items[stop], stop);
         if (msg == NULL)
             goto done;
-        Py_ssize_t size = NQR_FRAME_HEAD + PyBytes_GET_SIZE(msg->body);
+        Py_ssize_t size = NQR_FRAME_HEAD + Py_SIZE(msg);
         if (stop > start && (max_bytes < total || size > max_bytes - total))
             break;  /* total + size > max_bytes, without overflowing */
         if (total > PY_SSIZE_T_MAX - head.len - size) {
@@ -310,9 +316,8 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
         PyObject *entry = items[i];
         MessageObject *msg = (MessageObject *)PyTuple_GET_ITEM(entry, 0);
         uint16_t attempts = (uint16_t)(PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(entry, 1)) & 0xFFFF);
-        size_t body_len = (size_t)PyBytes_GET_SIZE(msg->body);
-        nqr_put_frame(dst, (int64_t)msg->ts, attempts, (const uint8_t *)PyBytes_AS_STRING(msg->id),
-                      (const uint8_t *)PyBytes_AS_STRING(msg->body), body_len);
+        size_t body_len = (size_t)Py_SIZE(msg);
+        nqr_put_frame(dst, (int64_t)msg->ts, attempts, msg->id, (const uint8_t *)msg->body, body_len);
         dst += NQR_FRAME_HEAD + body_len;
     }
     /* (PyLong_AsUnsignedLongLongMask cannot fail on an int) */

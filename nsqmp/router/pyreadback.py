@@ -22,16 +22,28 @@ _FRAME_HEAD_SIZE = _FRAME_HEAD.size  # 34
 
 
 class Message:
-    """A message as the router holds it; shared by every channel of its topic."""
+    """A message as the router holds it; shared by every channel of its topic. msg_id (16
+    bytes) and body are copied into it and read-only, as in the native one."""
 
-    __slots__ = ("id", "ts", "body", "segment", "offset")
+    __slots__ = ("_id", "ts", "_body", "segment", "offset")
 
     def __init__(self, msg_id: bytes, ts: int, body: bytes, segment, offset: int) -> None:
-        self.id = msg_id
+        msg_id = bytes(memoryview(msg_id))  # TypeError unless bytes-like, as "y*"
+        if len(msg_id) != 16:
+            raise ValueError("a message id must be 16 bytes")
+        self._id = msg_id
         self.ts = ts
-        self.body = body
+        self._body = bytes(memoryview(body))
         self.segment = segment  # the Segment whose refs count this message, or None
         self.offset = offset  # of its record in that segment
+
+    @property
+    def id(self) -> bytes:
+        return self._id
+
+    @property
+    def body(self) -> bytes:
+        return self._body
 
 
 def read_messages(buf, base: int, want: int, segment) -> tuple[list[tuple[Message, int]], int, int]:
@@ -73,7 +85,7 @@ def read_messages(buf, base: int, want: int, segment) -> tuple[list[tuple[Messag
             if stop > n:
                 break
             due = 0
-        append((Message(bytes(data[p + 10:p + 26]), ts_at(data, p)[0], bytes(data[p + 26:stop]), segment,
+        append((Message(data[p + 10:p + 26], ts_at(data, p)[0], data[p + 26:stop], segment,
                         base + pos), due))
         pos = stop
     return entries, pos, deferred
@@ -94,10 +106,7 @@ def pack_frames(head, entries, start: int, max_bytes: int) -> tuple[bytes, int]:
         flen = _FRAME_HEAD_SIZE + len(body)
         if i > start and size + flen > max_bytes:
             break
-        msg_id = m.id
-        if len(msg_id) != 16:
-            raise ValueError(f"entry {i}: a message id must be 16 bytes")
-        parts.append(pack(flen - 4, 2, m.ts, attempts & 0xFFFF, msg_id))
+        parts.append(pack(flen - 4, 2, m.ts, attempts & 0xFFFF, m.id))
         parts.append(body)
         size += flen
         i += 1

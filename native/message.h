@@ -1,0 +1,44 @@
+/*
+ * message.h -- the router's Message (bindings in readback.c; pure-Python twin
+ * in nsqmp/router/pyreadback.py), shared with inflight.c, which reads its id,
+ * segment and offset straight from the struct.
+ *
+ * One allocation per message: the id and the body live in the object itself
+ * (a million queued 200-byte messages are one object each, not three).  id and
+ * body are read-only; reading them from Python makes a bytes copy.
+ *
+ *   PyObject_VAR_HEAD (ob_size = body length) | segment * | ts | offset |
+ *   id[16] | body[ob_size]
+ *
+ * A Message compares and hashes by identity and is not tracked by the cycle
+ * collector: it refers only to its segment (a router Segment, which never
+ * refers back to messages), so it cannot be part of a reference cycle in the
+ * router.  That keeps millions of queued messages out of every collection.
+ */
+#ifndef NSQMP_MESSAGE_H
+#define NSQMP_MESSAGE_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define NSQMP_MESSAGE_ID 16
+
+typedef struct {
+    PyObject_VAR_HEAD
+    PyObject *segment;  /* the Segment whose refs count this message, or None */
+    long long ts;       /* ns */
+    long long offset;   /* of its record in the segment */
+    uint8_t id[NSQMP_MESSAGE_ID];
+    char body[1];       /* ob_size bytes (the 1 is only C's minimum) */
+} nsqmp_Message;
+
+extern PyTypeObject nsqmp_Message_Type;
+
+#define NSQMP_MESSAGE_CHECK(o) Py_IS_TYPE((o), &nsqmp_Message_Type)
+#define NSQMP_MESSAGE_BODY_LEN(m) Py_SIZE(m)
+
+/* A new Message (a copy of id and body); NULL with an exception. */
+PyObject *nsqmp_message_new(const uint8_t *id, long long ts, const char *body, Py_ssize_t body_len,
+                            PyObject *segment, long long offset);
+
+#endif

@@ -27,6 +27,7 @@ log = logging.getLogger("nsqmp.router")
 
 _LENGTH = 0x7FFFFFFF
 _CHUNK = 1 << 20  # bytes read from a file at a time
+_BUFFER = memoryview(bytearray(_CHUNK))  # read_messages copies what it keeps out of it
 
 
 class FileQueue:
@@ -138,7 +139,9 @@ def read_range(seg: Segment, start: int, end: int, want: int) -> tuple[list[tupl
     fd = os.open(seg.path, os.O_RDONLY)
     try:
         while start < end and len(out) < want:
-            data = os.pread(fd, min(end - start, _CHUNK), start)
+            # into one reused buffer: a fresh megabyte per read cost the router a page
+            # fault per 4 KiB (perf: 4 % of its time during the mixed workload)
+            data = _BUFFER[:os.preadv(fd, [_BUFFER[:min(end - start, _CHUNK)]], start)]
             try:
                 got, pos, d = read_messages(data, start, want - len(out), seg)
                 if pos == 0 and len(data) >= 8:  # one record larger than a chunk

@@ -252,6 +252,28 @@ def test_bad_arguments_raise(name):
     assert len(held) == 0 and held.get(b"x" * 40) is None and b"" not in held
 
 
+@pytest.mark.parametrize("name", IMPLS)
+@pytest.mark.parametrize("bad_at", [0, 5, 63, 64, 70, 199])
+def test_fly_stops_at_a_bad_entry_and_leaves_the_rest_in_order(name, bad_at):
+    """The native fly() pops entries 64 at a time (to prefetch ahead): the ones popped
+    after a bad entry go back to the front of the queue, in order, and hold no extra
+    reference; the ones before it are in flight; the bad one is dropped."""
+    held, f = make(name), Flight("f")
+    msgs = [message(k) for k in range(200)]
+    before = [sys.getrefcount(m) for m in msgs]
+    entries: list = [(m, k % 3) for k, m in enumerate(msgs)]
+    entries[bad_at] = None  # not a pair
+    ready, members, out = deque(entries), [], []
+    with pytest.raises(TypeError):
+        held.fly(ready, 1000, f, members, out)
+    assert members == msgs[:bad_at] and len(held) == bad_at
+    assert out == [(m, k % 3 + 1) for k, m in enumerate(msgs[:bad_at])]
+    assert list(ready) == entries[bad_at + 1:]
+    del ready, members, out, entries
+    held.clear()
+    assert [sys.getrefcount(m) for m in msgs] == before
+
+
 def test_native_keeps_no_stray_references():
     held = make("native")
     m, f = message(7), Flight("f")

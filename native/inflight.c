@@ -497,33 +497,36 @@ PyDoc_STRVAR(fly_doc,
  * times per message (its ready entry, the message, its slot), one after the
  * other.  The loops below start those loads some messages ahead, so that they
  * overlap: the message AHEAD_MESSAGE ahead, the slot of the one AHEAD_SLOT
- * ahead (whose message is in the cache by then).  A prefetch never faults. */
+ * ahead (whose message is in the cache by then).  A prefetch never faults.
+ * The helpers are always inlined: gcc takes a function that only prefetches
+ * for one without effects and drops the call. */
 #define AHEAD_MESSAGE 8
+#define PREFETCH_HELPER static inline __attribute__((always_inline)) void
 #define AHEAD_SLOT 4
 #define CHUNK 64       /* ready entries fly() pops at a time */
 
-static inline void
+PREFETCH_HELPER
 prefetch_message(PyObject *message)
 {
     __builtin_prefetch(message);
     __builtin_prefetch((const char *)message + offsetof(nsqmp_Message, id));
 }
 
-static inline void
+PREFETCH_HELPER
 prefetch_slot(const MapObject *self, PyObject *message)
 {
     if (NSQMP_MESSAGE_CHECK(message))
         __builtin_prefetch(&self->cur.slots[id_hash(((nsqmp_Message *)message)->id) & (self->cur.cap - 1)]);
 }
 
-static inline void
+PREFETCH_HELPER
 prefetch_id_slot(const MapObject *self, const uint8_t *id)
 {
     __builtin_prefetch(&self->cur.slots[id_hash(id) & (self->cur.cap - 1)]);
 }
 
 /* For a loop over a list of messages at i: the loads of those ahead. */
-static inline void
+PREFETCH_HELPER
 prefetch_ahead(const MapObject *self, PyObject *members, Py_ssize_t i)
 {
     Py_ssize_t n = PyList_GET_SIZE(members);

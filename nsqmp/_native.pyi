@@ -90,14 +90,17 @@ def encode_records(
     """Segment records of every span of src, written into dst at dst_pos; see native/publish.h."""
 
 class Message:
-    """A message as the router holds it (native/readback.c; twin nsqmp/router/pyreadback.py)."""
+    """A message as the router holds it, in one allocation (native/message.h, readback.c; twin
+    nsqmp/router/pyreadback.py). id and body are copies, read-only."""
 
-    id: bytes
     ts: int
-    body: bytes
     segment: object
     offset: int
-    def __new__(cls, msg_id: bytes, ts: int, body: bytes, segment: object, offset: int) -> Message: ...
+    @property
+    def id(self) -> bytes: ...
+    @property
+    def body(self) -> bytes: ...
+    def __new__(cls, msg_id: Buffer, ts: int, body: Buffer, segment: object, offset: int) -> Message: ...
 
 def read_messages(
     buf: Buffer, base: int, want: int, segment: object, /

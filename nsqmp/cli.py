@@ -114,9 +114,10 @@ def cmd_check_config(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "timer", "suite",
-                                   "tuning", "backlog", "floor"):
-        print("usage: nsqmp bench {writer,reader,latency,timer,suite,tuning,backlog,floor,ring,heap,parser} "
+    if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "inflight", "timer",
+                                   "suite", "tuning", "backlog", "floor"):
+        print("usage: nsqmp bench {writer,reader,latency,timer,suite,tuning,backlog,floor,ring,heap,parser,"
+              "inflight} "
               "[options]", file=sys.stderr)
         return 2
     if argv[0] == "floor":
@@ -135,6 +136,10 @@ def cmd_bench(argv: list[str]) -> int:
         from nsqmp.protocol import parserbench
 
         return parserbench.main(argv[1:]) or 0
+    if argv[0] == "inflight":
+        from nsqmp.router import inflightbench
+
+        return inflightbench.main(argv[1:]) or 0
     if argv[0] == "timer":
         from nsqmp.bench import timer
 

@@ -27,7 +27,8 @@ class Message:
 
     __slots__ = ("_id", "ts", "_body", "segment", "offset")
 
-    def __init__(self, msg_id: bytes, ts: int, body: bytes, segment, offset: int) -> None:
+    def __init__(self, msg_id: bytes | bytearray | memoryview, ts: int, body: bytes | bytearray | memoryview,
+                 segment, offset: int) -> None:
         msg_id = bytes(memoryview(msg_id))  # TypeError unless bytes-like, as "y*"
         if len(msg_id) != 16:
             raise ValueError("a message id must be 16 bytes")

@@ -443,16 +443,39 @@ class Router(Role):
         """New (Message, due_ns) entries for a channel: ready now, or deferred until due.
 
         attempts (recovery only) maps a message to the attempts it had already made.
+        Per message this is the router's busiest Python (a million DPUBs come through
+        here): the clock offset is taken once per batch, a ready entry with no attempts
+        is the (message, 0) tuple itself, and the segment references are added per run
+        of messages of one file.
         """
         ready = ch.ready
-        for m, due in entries:
+        deferred = ch.deferred
+        offset = time.monotonic_ns() - time.time_ns()  # a wall-clock due time -> monotonic
+        n_deferred = 0
+        seg_run, run = None, 0
+        for entry in entries:
+            m, due = entry
             tries = attempts.get(m, 0) if attempts else 0
             if due:
-                self._defer(ch, m, tries, self._mono(due))
-            else:
+                slot = max(due + offset, 0) // DEFER_SLOT_NS
+                batch = deferred.get(slot)
+                if batch is None:
+                    batch = self._new_slot(ch, slot)
+                batch.entries.append((m, tries))
+                n_deferred += 1
+            elif tries:
                 ready.append((m, tries))
-            if m.segment is not None:
-                m.segment.refs += 1
+            else:
+                ready.append(entry)  # (m, 0): the ready entry (message, attempts) as it is
+            seg = m.segment
+            if seg is not seg_run:
+                if seg_run is not None:
+                    seg_run.refs += run
+                seg_run, run = seg, 0
+            run += 1
+        if seg_run is not None:
+            seg_run.refs += run
+        ch.deferred_count += n_deferred
         ch.message_count += len(entries)
         self._mark(ch)
 
@@ -467,13 +490,18 @@ class Router(Role):
         slot = max(deadline, 0) // DEFER_SLOT_NS  # long past (a recovered message): due at once
         batch = ch.deferred.get(slot)
         if batch is None:
-            batch = ch.deferred[slot] = Deferred(next(self._token_seq), ch, slot, (slot + 1) * DEFER_SLOT_NS)
-            self.tokens[batch.token] = batch
-            self._arms.append(batch.token)
-            self._arms.append(batch.deadline)
-            self._flush_timer_soon()
+            batch = self._new_slot(ch, slot)
         batch.entries.append((m, attempts))
         ch.deferred_count += 1
+
+    def _new_slot(self, ch: Channel, slot: int) -> Deferred:
+        """The channel's Deferred for the millisecond `slot`, with its timer entry."""
+        batch = ch.deferred[slot] = Deferred(next(self._token_seq), ch, slot, (slot + 1) * DEFER_SLOT_NS)
+        self.tokens[batch.token] = batch
+        self._arms.append(batch.token)
+        self._arms.append(batch.deadline)
+        self._flush_timer_soon()
+        return batch
 
     # -- consumers -------------------------------------------------------------------------
     def on_sub(self, src: int, rec: bytes) -> None:

@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
+from nsqmp.bench.report import emit
 from nsqmp.client import wire
 from nsqmp.protocol import pyparser
 from nsqmp.protocol.parser import SCAN_MORE, NativeParser, native_mpub_spans
@@ -127,10 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
     args = p.parse_args(argv)
     result = run(args.size, args.batch, args.seconds)
-    if args.json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
-    else:
-        print(render(result))
+    emit(result, args.json, render)
     return 0
 
 

@@ -29,8 +29,7 @@ from collections import deque
 from types import ModuleType
 from typing import Any
 
-import orjson
-
+from nsqmp.bench.report import emit
 from nsqmp.diskqueue.segment import encode
 from nsqmp.router import pyinflight, pyreadback
 
@@ -153,10 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.inflight < args.batch or args.batch < 1 or args.rounds < 2:
         p.error("need --inflight >= --batch >= 1 and --rounds >= 2")
     result = run(args.inflight, args.batch, args.rounds)
-    if args.json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
-    else:
-        print(render(result))
+    emit(result, args.json, render)
     return 0
 
 

@@ -501,9 +501,9 @@ PyDoc_STRVAR(fly_doc,
  * The helpers are always inlined: gcc takes a function that only prefetches
  * for one without effects and drops the call. */
 #define AHEAD_MESSAGE 8
-#define PREFETCH_HELPER static inline __attribute__((always_inline)) void
 #define AHEAD_SLOT 4
 #define CHUNK 64       /* ready entries fly() pops at a time */
+#define PREFETCH_HELPER static inline __attribute__((always_inline)) void
 
 PREFETCH_HELPER
 prefetch_message(PyObject *message)

@@ -29,13 +29,12 @@ typedef struct {
     long long ts;       /* ns */
     long long offset;   /* of its record in the segment */
     uint8_t id[NSQMP_MESSAGE_ID];
-    char body[1];       /* ob_size bytes (the 1 is only C's minimum) */
+    char body[];        /* ob_size bytes */
 } nsqmp_Message;
 
 extern PyTypeObject nsqmp_Message_Type;
 
 #define NSQMP_MESSAGE_CHECK(o) Py_IS_TYPE((o), &nsqmp_Message_Type)
-#define NSQMP_MESSAGE_BODY_LEN(m) Py_SIZE(m)
 
 /* A new Message (a copy of id and body); NULL with an exception. */
 PyObject *nsqmp_message_new(const uint8_t *id, long long ts, const char *body, Py_ssize_t body_len,

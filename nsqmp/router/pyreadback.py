@@ -29,12 +29,13 @@ class Message:
 
     def __init__(self, msg_id: bytes | bytearray | memoryview, ts: int, body: bytes | bytearray | memoryview,
                  segment, offset: int) -> None:
-        msg_id = bytes(memoryview(msg_id))  # TypeError unless bytes-like, as "y*"
+        # a copy unless already bytes; TypeError unless bytes-like, as the native "y*"
+        msg_id = msg_id if type(msg_id) is bytes else bytes(memoryview(msg_id))
         if len(msg_id) != 16:
             raise ValueError("a message id must be 16 bytes")
         self._id = msg_id
         self.ts = ts
-        self._body = bytes(memoryview(body))
+        self._body = body if type(body) is bytes else bytes(memoryview(body))
         self.segment = segment  # the Segment whose refs count this message, or None
         self.offset = offset  # of its record in that segment
 

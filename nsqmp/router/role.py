@@ -449,7 +449,7 @@ class Router(Role):
         of messages of one file.
         """
         ready = ch.ready
-        deferred = ch.deferred
+        slot_of = self._slot_of
         offset = time.monotonic_ns() - time.time_ns()  # a wall-clock due time -> monotonic
         n_deferred = 0
         seg_run, run = None, 0
@@ -457,11 +457,7 @@ class Router(Role):
             m, due = entry
             tries = attempts.get(m, 0) if attempts else 0
             if due:
-                slot = max(due + offset, 0) // DEFER_SLOT_NS
-                batch = deferred.get(slot)
-                if batch is None:
-                    batch = self._new_slot(ch, slot)
-                batch.entries.append((m, tries))
+                slot_of(ch, due + offset).entries.append((m, tries))
                 n_deferred += 1
             elif tries:
                 ready.append((m, tries))
@@ -487,15 +483,16 @@ class Router(Role):
     def _defer(self, ch: Channel, m: Message, attempts: int, deadline: int) -> None:
         """Hold m until deadline (monotonic ns), with the channel's others due in that
         millisecond (Deferred): a new timer entry only for the first of them."""
-        slot = max(deadline, 0) // DEFER_SLOT_NS  # long past (a recovered message): due at once
-        batch = ch.deferred.get(slot)
-        if batch is None:
-            batch = self._new_slot(ch, slot)
-        batch.entries.append((m, attempts))
+        self._slot_of(ch, deadline).entries.append((m, attempts))
         ch.deferred_count += 1
 
-    def _new_slot(self, ch: Channel, slot: int) -> Deferred:
-        """The channel's Deferred for the millisecond `slot`, with its timer entry."""
+    def _slot_of(self, ch: Channel, deadline: int) -> Deferred:
+        """The channel's Deferred for the millisecond of deadline (monotonic ns), made with
+        its timer entry if it is the first due then."""
+        slot = max(deadline, 0) // DEFER_SLOT_NS  # long past (a recovered message): due at once
+        batch = ch.deferred.get(slot)
+        if batch is not None:
+            return batch
         batch = ch.deferred[slot] = Deferred(next(self._token_seq), ch, slot, (slot + 1) * DEFER_SLOT_NS)
         self.tokens[batch.token] = batch
         self._arms.append(batch.token)

@@ -26,7 +26,6 @@ import struct
 import sys
 import time
 from collections import deque
-from types import ModuleType
 from typing import Any
 
 from nsqmp.bench.report import emit
@@ -45,7 +44,7 @@ class _Flight:
         self.members: list = []
 
 
-def _impls() -> dict[str, tuple[Any, ModuleType | Any]]:
+def _impls() -> dict[str, tuple[Any, Any]]:
     """name -> (InFlightMap class, module with read_messages and pack_frames)."""
     impls: dict[str, tuple[Any, Any]] = {}
     try:

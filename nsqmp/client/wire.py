@@ -89,13 +89,17 @@ class FrameReader:
     def __init__(self) -> None:
         self.buf = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes, most: int | None = None) -> list[tuple[int, bytes]]:
+        """Complete frames, at most `most` of them; what follows stays in self.buf (after
+        IDENTIFY turns compression on, the rest of a read is no longer frames)."""
         self.buf += data
-        out = []
+        out: list[tuple[int, bytes]] = []
         buf = self.buf
         pos = 0
-        while len(buf) - pos >= 8:
+        while len(buf) - pos >= 8 and (most is None or len(out) < most):
             size, ftype = _FRAME.unpack_from(buf, pos)
+            if size < 4:
+                raise ValueError(f"frame size {size} is less than its type field")
             if len(buf) - pos < 4 + size:
                 break
             out.append((ftype, bytes(buf[pos + 8:pos + 4 + size])))

@@ -182,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--msg-timeout", type=int, default=10_000, help="ms, for the in-flight messages")
     p.add_argument("--hold", type=float, default=45.0, help="seconds the in-flight load is held")
     p.add_argument("--consumer-procs", type=int, default=2)
+    p.add_argument("--inflight-topic", default="tinf")
+    p.add_argument("--deferred-topic", default="tdef",
+                   help="topics go to routers by crc32(name) %% routers: tinf and tdef share router 0 "
+                        "of 2; tdef_b is on router 1")
     p.add_argument("--broker-args", default="", metavar="ARGS",
                    help="more options for the broker, e.g. '--acceptor-nice 5'")
     p.add_argument("--client-nice", type=int, default=10,
@@ -229,22 +233,22 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.consumer_procs):
                 n = min(per, inflight_conns - i * per)
                 if n > 0:
-                    spawn(_consume, addr, "tinf", n, _MAX_RDY, args.msg_timeout, False, until, 0, stop)
+                    spawn(_consume, addr, args.inflight_topic, n, _MAX_RDY, args.msg_timeout, False, until, 0, stop)
             n_inflight = len(pipes)
             if args.deferred:
-                spawn(_consume, addr, "tdef", 4, _MAX_RDY, 0, True, until, args.deferred, stop)
+                spawn(_consume, addr, args.deferred_topic, 4, _MAX_RDY, 0, True, until, args.deferred, stop)
             time.sleep(1.0)
             if args.deferred:
                 half = args.deferred // 2
-                spawn(_dpub, addr, "tdef", half, args.defer_min, args.defer_spread, 1)
-                spawn(_dpub, addr, "tdef", args.deferred - half, args.defer_min, args.defer_spread, 2)
+                spawn(_dpub, addr, args.deferred_topic, half, args.defer_min, args.defer_spread, 1)
+                spawn(_dpub, addr, args.deferred_topic, args.deferred - half, args.defer_min, args.defer_spread, 2)
             if args.inflight:
                 with socket.create_connection((addr.rpartition(":")[0], int(addr.rpartition(":")[2]))) as s:
                     s.sendall(wire.MAGIC)
                     reader = wire.FrameReader()
                     body = b"y" * 200
                     for start in range(0, args.inflight, 200):
-                        s.sendall(wire.mpub("tinf", [body] * min(200, args.inflight - start)))
+                        s.sendall(wire.mpub(args.inflight_topic, [body] * min(200, args.inflight - start)))
                         while not reader.feed(s.recv(64)):
                             pass
             results = {}

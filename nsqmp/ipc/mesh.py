@@ -112,6 +112,7 @@ class Endpoint:
         self._blocked: set[int] = set()
         self._flush_scheduled = False
         self._draining = False
+        self._urgent: list[tuple[int, Ring]] = []
         self._schedule: Callable[[Callable[[], None]], object] | None = None
         self.on_unblocked: Callable[[], None] | None = None
 
@@ -179,16 +180,36 @@ class Endpoint:
 
     # -- receiving -----------------------------------------------------------
     def drain(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
-        """Pop what is waiting on every inbound ring and hand each record to handle().
+        """Pop what is waiting on every inbound ring and hand each record to handle():
+        the urgent source's first (see make_urgent), then the others in slot order.
 
         A drain started from inside handle() does nothing: it would handle later records
         of a ring before the earlier ones still in the outer drain's hands."""
+        return self._drain(self.inp.items(), handle, max_records)
+
+    def make_urgent(self, src: int) -> None:
+        """Drain src's ring before the others, and let urgent_waiting/drain_urgent take
+        its records in the middle of long work (a router's timer: a FIRE should not wait
+        behind a delivery pass or a ring of publishes)."""
+        ring = self.inp.pop(src)
+        self.inp = {src: ring, **self.inp}
+        self._urgent = [(src, ring)]
+
+    def urgent_waiting(self) -> bool:
+        """Records wait on the urgent source's ring (one shared-memory load)."""
+        return bool(self._urgent) and self._urgent[0][1].used > 0
+
+    def drain_urgent(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
+        """drain() of the urgent source's ring only."""
+        return self._drain(self._urgent, handle, max_records)
+
+    def _drain(self, rings, handle: Callable[[int, bytes], None], max_records: int) -> int:
         if self._draining:
             return 0
         self._draining = True
         total = 0
         try:
-            for src, ring in self.inp.items():
+            for src, ring in rings:
                 records = ring.pop_many(max_records)
                 if not records:
                     continue

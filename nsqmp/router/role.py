@@ -96,6 +96,8 @@ class Router(Role):
     def setup(self) -> None:
         from nsqmp.router.recovery import recover_owned
 
+        # the timer's FIREs before anything else, and between the consumers of a delivery pass
+        self.endpoint.make_urgent(self.plan.timer_slot)
         # A full collection walks every queued message: over a second with millions queued,
         # long enough for in-flight messages to time out while FINs wait in the ring. The
         # router's structures form no cyclic garbage (consumer, channel and topic cycles are
@@ -762,7 +764,7 @@ class Router(Role):
         """Deadlines passed: timed-out and deferred messages go back to their queues; one
         delivery pass for the whole record then hands them out."""
         pop = self.tokens.pop
-        now = time.monotonic_ns()
+        clock = time.monotonic_ns
         late_timeouts, late_deferred = self.fire_lateness["timeouts"], self.fire_lateness["deferred"]
         touched: set[Channel] = set()
         last = None
@@ -776,14 +778,14 @@ class Router(Role):
                 ch.ready.extend(entry.entries)
                 ch.deferred_count -= len(entry.entries)
                 # counted from the slot's start: at most 1 ms more than from each due time
-                late_deferred.add(now - entry.deadline + DEFER_SLOT_NS, len(entry.entries))
+                late_deferred.add(clock() - entry.deadline + DEFER_SLOT_NS, len(entry.entries))
             else:  # a flight: its members still in it time out together
                 c = entry.consumer
                 ch = c.channel
                 del c.flights[token]
                 n = ch.in_flight.land(entry.members, entry, ch.ready)
                 if n:
-                    late_timeouts.add(now - entry.deadline, n)
+                    late_timeouts.add(clock() - entry.deadline, n)
                 c.in_flight -= n
                 ch.timeout_count += n
             if ch is not last:
@@ -841,6 +843,7 @@ class Router(Role):
         top_up: list[Channel] = []
         budget = _PASS_MAX
         dirty = self._dirty
+        urgent_waiting = self.endpoint.urgent_waiting
         while dirty and budget > 0:
             ch = next(iter(dirty))
             del dirty[ch]
@@ -871,6 +874,8 @@ class Router(Role):
                 in_flight.fly(ready, n, flight, flight.members, out.setdefault(c.conn, []))
                 c.in_flight += n
                 c.message_count += n
+                if urgent_waiting():  # a FIRE came meanwhile: its messages go back now
+                    self.endpoint.drain_urgent(self.on_record)
                 if not ready:
                     break
             if budget <= 0:  # this channel may have more for its consumers: at the back
@@ -881,6 +886,8 @@ class Router(Role):
                 self.loop.call_soon(self._deliver)
         for conn, entries in out.items():
             self._send_frames(conn, entries)
+            if urgent_waiting():
+                self.endpoint.drain_urgent(self.on_record)
         self._flush_timer()
         for topic in self._acks_pending:
             topic.flush_acks()

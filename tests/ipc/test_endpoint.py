@@ -45,3 +45,41 @@ def test_a_drain_inside_a_drain_does_nothing_and_order_is_kept(pair):
     assert inner == [0]
     assert seen == [b"0", b"1", b"2", b"3", b"4"]
     assert router.drain(handle) == 1 and seen[-1] == b"late"
+
+
+def test_the_urgent_source_is_drained_first_and_alone_on_demand(pair):
+    """A router makes its timer urgent: FIREs go before what the acceptors sent, and a
+    delivery pass can take them alone in its middle."""
+    acceptor, router, plan = pair
+    doorbells = router._doorbells
+    timer = mesh.Endpoint(plan, plan.timer_slot, doorbells)
+    try:
+        router.make_urgent(plan.timer_slot)
+        assert not router.urgent_waiting()
+        acceptor.send(plan.router_slot(0), b"a1")
+        acceptor.send(plan.router_slot(0), b"a2")
+        acceptor.flush()
+        timer.send(plan.router_slot(0), b"t1")
+        timer.flush()
+        seen = []
+        assert router.drain(lambda src, rec: seen.append((src, rec))) == 3
+        assert seen == [(plan.timer_slot, b"t1"), (plan.acceptor_slot(0), b"a1"), (plan.acceptor_slot(0), b"a2")]
+
+        acceptor.send(plan.router_slot(0), b"a3")
+        acceptor.flush()
+        assert not router.urgent_waiting()  # the acceptor's record is not urgent
+        timer.send(plan.router_slot(0), b"t2")
+        timer.flush()
+        assert router.urgent_waiting()
+        seen.clear()
+        inner = []
+
+        def handle(src, rec):
+            seen.append(rec)
+            inner.append(router.drain_urgent(handle))  # inside a drain: nothing
+
+        assert router.drain_urgent(handle) == 1
+        assert seen == [b"t2"] and inner == [0] and not router.urgent_waiting()
+        assert router.drain(lambda src, rec: seen.append(rec)) == 1 and seen[-1] == b"a3"
+    finally:
+        timer.close()

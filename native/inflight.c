@@ -556,17 +556,15 @@ fly_one(MapObject *self, PyObject *entry, PyObject *flight, PyObject *members, P
     if (attempts == (unsigned long)-1 && PyErr_Occurred())
         return -1;
     attempts++;
-    PyObject *count = NULL, *pair = NULL;
+    PyObject *pair = NULL;
     int rc = put_message(self, message, attempts, flight);
     if (rc == 0)
         rc = PyList_Append(members, message);
     if (rc == 0) {
-        count = PyLong_FromUnsignedLong(attempts);
-        pair = count == NULL ? NULL : PyTuple_Pack(2, message, count);
+        pair = nsqmp_message_pair(message, (long long)attempts);
         rc = pair == NULL ? -1 : PyList_Append(out, pair);
     }
     Py_XDECREF(pair);
-    Py_XDECREF(count);
     return rc;
 }
 
@@ -693,9 +691,7 @@ Map_land(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto fail;
             continue;
         }
-        PyObject *count = PyLong_FromUnsignedLong(s->attempts);
-        PyObject *pair = count == NULL ? NULL : PyTuple_Pack(2, message, count);
-        Py_XDECREF(count);
+        PyObject *pair = nsqmp_message_pair(message, s->attempts);
         if (pair == NULL) {
             Py_DECREF(message);
             goto fail;

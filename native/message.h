@@ -40,4 +40,28 @@ extern PyTypeObject nsqmp_Message_Type;
 PyObject *nsqmp_message_new(const uint8_t *id, long long ts, const char *body, Py_ssize_t body_len,
                             PyObject *segment, long long offset);
 
+/* A new (message, number) tuple, with a new reference to message; NULL with an
+ * exception.  When message is a Message the tuple is untracked at once: it can
+ * be part of no cycle, and the queue entries and frames a router makes by the
+ * million would otherwise each be walked by the next young collection (which
+ * untracks such a tuple only when it first sees it). */
+static inline PyObject *
+nsqmp_message_pair(PyObject *message, long long number)
+{
+    PyObject *count = PyLong_FromLongLong(number);
+    if (count == NULL)
+        return NULL;
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(count);
+        return NULL;
+    }
+    Py_INCREF(message);
+    PyTuple_SET_ITEM(pair, 0, message);
+    PyTuple_SET_ITEM(pair, 1, count);
+    if (NSQMP_MESSAGE_CHECK(message))
+        PyObject_GC_UnTrack(pair);
+    return pair;
+}
+
 #endif

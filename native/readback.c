@@ -176,19 +176,10 @@ py_read_messages(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t na
                                         segment, base + (long long)pos);
         if (m == NULL)
             goto fail;
-        PyObject *due = PyLong_FromLongLong(r.due);
-        if (due == NULL) {
-            Py_DECREF(m);
+        PyObject *entry = nsqmp_message_pair(m, r.due);
+        Py_DECREF(m);
+        if (entry == NULL)
             goto fail;
-        }
-        PyObject *entry = PyTuple_New(2);
-        if (entry == NULL) {
-            Py_DECREF(due);
-            Py_DECREF(m);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(entry, 0, m);
-        PyTuple_SET_ITEM(entry, 1, due);
         int added = PyList_Append(entries, entry);
         Py_DECREF(entry);
         if (added < 0)

@@ -387,3 +387,23 @@ def test_native_finish_keeps_no_stray_references():
         assert got == [m] and emptied == [f] and len(bad) == 2 and runs == [[seg, [9]]]
         del got, runs, bad, emptied
     assert (sys.getrefcount(m), sys.getrefcount(f), sys.getrefcount(seg)) == before
+
+
+def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
+    """fly's frames and land's ready entries hold a Message and an int: no cycle can
+    pass through them, so the young collections never walk them."""
+    held, f, out, ready = make("native"), Flight("f"), [], deque()
+    msgs = [message(k) for k in range(3)]
+    held.fly(deque((m, 0) for m in msgs), 3, f, [], out)
+    assert [a for _, a in out] == [1, 1, 1] and not any(gc.is_tracked(p) for p in out)
+    assert held.land(msgs, f, ready) == 3
+    assert [a for _, a in ready] == [1, 1, 1] and not any(gc.is_tracked(p) for p in ready)
+    # an object of another type may refer to anything: its pairs stay tracked
+
+    class Loose:  # any object with .id, .segment and .offset may be held
+        def __init__(self, k):
+            self.id, self.segment, self.offset = f"{k:016x}".encode(), None, k
+    loose = Loose(9)
+    out.clear()
+    held.fly(deque([(loose, 0)]), 1, f, [], out)
+    assert gc.is_tracked(out[0])

@@ -188,9 +188,10 @@ class Endpoint:
         return self._drain(self.inp.items(), handle, max_records)
 
     def make_urgent(self, src: int) -> None:
-        """Drain src's ring before the others, and let urgent_waiting/drain_urgent take
-        its records in the middle of long work (a router's timer: a FIRE should not wait
-        behind a delivery pass or a ring of publishes)."""
+        """Drain src's ring before the others and between two records of the others, and
+        let urgent_waiting/drain_urgent take its records in the middle of long work (a
+        router's timer: a FIRE should not wait behind a delivery pass or a ring of
+        publishes). Records of one ring are still handled in their order."""
         ring = self.inp.pop(src)
         self.inp = {src: ring, **self.inp}
         self._urgent = [(src, ring)]
@@ -208,6 +209,7 @@ class Endpoint:
             return 0
         self._draining = True
         total = 0
+        urgent = self._urgent[0] if self._urgent else None
         try:
             for src, ring in rings:
                 records = ring.pop_many(max_records)
@@ -216,13 +218,30 @@ class Endpoint:
                 total += len(records)
                 if ring.take_producer_wakeup():
                     self._doorbells[src].ring()
+                if urgent is None or src == urgent[0]:
+                    for record in records:
+                        handle(src, record)
+                    continue
+                # between two records of another ring, what came on the urgent one
+                urgent_ring = urgent[1]
                 for record in records:
                     handle(src, record)
+                    if urgent_ring.used:
+                        total += self._take(urgent, handle, max_records)
         finally:
             self._draining = False
         if self._blocked:
             self.flush()  # calls on_unblocked once every ring took its backlog
         return total
+
+    def _take(self, source: tuple[int, Ring], handle: Callable[[int, bytes], None], max_records: int) -> int:
+        src, ring = source
+        records = ring.pop_many(max_records)
+        if ring.take_producer_wakeup():
+            self._doorbells[src].ring()
+        for record in records:
+            handle(src, record)
+        return len(records)
 
     def prepare_sleep(self) -> bool:
         """True when every inbound ring is empty and flagged, so the doorbell will wake us."""

@@ -83,3 +83,26 @@ def test_the_urgent_source_is_drained_first_and_alone_on_demand(pair):
         assert router.drain(lambda src, rec: seen.append(rec)) == 1 and seen[-1] == b"a3"
     finally:
         timer.close()
+
+
+def test_urgent_records_go_between_two_records_of_another_ring(pair):
+    """A FIRE arriving while a ring of publishes is handled waits for one record, not all."""
+    acceptor, router, plan = pair
+    timer = mesh.Endpoint(plan, plan.timer_slot, router._doorbells)
+    try:
+        router.make_urgent(plan.timer_slot)
+        for k in range(4):
+            acceptor.send(plan.router_slot(0), b"a%d" % k)
+        acceptor.flush()
+        seen = []
+
+        def handle(src, rec):
+            seen.append(rec)
+            if rec == b"a1":  # the timer sends while the acceptor's records are handled
+                timer.send(plan.router_slot(0), b"t")
+                timer.flush()
+
+        assert router.drain(handle) == 5
+        assert seen == [b"a0", b"a1", b"t", b"a2", b"a3"]
+    finally:
+        timer.close()

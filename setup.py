@@ -7,7 +7,7 @@ setup(
             "nsqmp._native",
             sources=["native/module.c", "native/ring.c", "native/heap.c", "native/parser.c",
                      "native/publish.c", "native/readback.c", "native/acklog.c",
-                     "native/benchclient.c", "native/inflight.c"],
+                     "native/benchclient.c", "native/inflight.c", "native/timerfd.c"],
             depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
                      "native/readback.h", "native/message.h"],
             include_dirs=["native"],

@@ -252,6 +252,7 @@ def precision(
     try:
         loop.run_forever()
     finally:
+        timer.close_wake()
         loop.close()
     cpu = time.process_time() - cpu
     wall = time.monotonic() - wall

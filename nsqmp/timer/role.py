@@ -1,24 +1,29 @@
 """The timer process: owns every deadline and tells the owning router when one passes.
 
 ARM and DISARM payloads go to the heap as they are (``arm_many`` / ``disarm_many``: no
-Python object per entry). One loop timer is armed for the earliest deadline; it is moved
-only when a deadline earlier than the planned wake-up arrives. When the earliest deadline
-moves later (DISARM, re-arm) the planned wake-up stays: it finds nothing due and plans
-the next one, which costs less than cancelling and re-creating a loop timer per record.
+Python object per entry). One wake-up (timer/wake.py: a timerfd, to the nanosecond) is
+planned for the earliest deadline; it is moved only when a deadline earlier than the
+planned wake-up arrives. When the earliest deadline moves later (DISARM, re-arm) the
+planned wake-up stays: it finds nothing due and plans the next one, which costs less
+than re-planning per record.
 A wake-up pops what is due (at most ``FIRE_BATCH`` entries, the rest on the next loop
 iteration) and sends each owner its tokens in FIRE records no larger than the ring allows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from nsqmp.ipc import records
 from nsqmp.roles import Role
 from nsqmp.timer.heap import DeadlineHeap
+from nsqmp.timer.wake import Wake
 
 FIRE_BATCH = 65536  # entries popped per wake-up before the loop gets a turn
+# A wake-up is planned at the end of the quantum its deadline falls in, never before the
+# deadline: at most this late, and at most one wake-up per quantum however many distinct
+# deadlines it holds (one per deadline cost 6x the CPU of the loop's millisecond timers)
+WAKE_QUANTUM_NS = 250_000
 _FIRE = bytes((records.FIRE,))
 
 
@@ -37,7 +42,7 @@ class Timer(Role):
             opts, plan, plan.timer_slot, generation, doorbells, control_name
         )
         self.heap = DeadlineHeap()
-        self._wake: asyncio.Handle | None = None
+        self._wake: Wake | None = None  # made on first use, on self.loop
         self._wake_at: int | None = None
         self._chunk = fire_chunk_bytes(plan.ring_capacity)
 
@@ -64,16 +69,13 @@ class Timer(Role):
         nxt = self.heap.next_deadline()
         if nxt is None or (self._wake_at is not None and self._wake_at <= nxt):
             return  # nothing to wait for, or the planned wake-up comes first
-        if self._wake is not None:
-            self._wake.cancel()
+        if self._wake is None:
+            self._wake = Wake(self.loop, self._fire)
         self._wake_at = nxt
-        # whole milliseconds, rounded up: the loop's clock has 1 ms resolution, and a
-        # wake-up that comes early anyway finds nothing due and plans the next one
-        delay_ms = -(-(nxt - time.monotonic_ns()) // 1_000_000)
-        self._wake = self.loop.call_later(max(0, delay_ms) / 1000, self._fire)
+        # at the end of its WAKE_QUANTUM_NS: deadlines that close together share a wake-up
+        self._wake.at(-(-nxt // WAKE_QUANTUM_NS) * WAKE_QUANTUM_NS)
 
     def _fire(self) -> None:
-        self._wake = None
         self._wake_at = None
         now = time.monotonic_ns()
         due = self.heap.pop_due(now, FIRE_BATCH)
@@ -89,7 +91,13 @@ class Timer(Role):
                 self.endpoint.send(owner, _FIRE + view[start : start + chunk])
         if popped == FIRE_BATCH * 8:
             # more may be due: carry on once the loop has drained the rings
-            self._wake_at = now
-            self._wake = self.loop.call_soon(self._fire)
+            self._wake_at = now  # so nothing plans a wake-up meanwhile
+            self.loop.call_soon(self._fire)
         else:
             self._reschedule()
+
+    def close_wake(self) -> None:
+        """Release the wake-up's timerfd (a timer made in a test; a role's dies with it)."""
+        if self._wake is not None:
+            self._wake.close()
+            self._wake = None

@@ -817,6 +817,7 @@ def test_timer_role_fires_in_chunks_per_owner(impl):
         loop.call_later(0.005, done)
         loop.run_forever()
     finally:
+        timer.close_wake()
         loop.close()
     fired = {}
     for dst, at, rec in timer.endpoint.sent:
@@ -845,6 +846,7 @@ def test_timer_role_continues_big_batches(impl, monkeypatch):
         loop.call_later(0.2, loop.stop)
         loop.run_forever()
     finally:
+        timer.close_wake()
         loop.close()
     sizes = [(len(rec) - 1) // 8 for _, _, rec in timer.endpoint.sent]
     assert sizes == [100] * 10 + [50]

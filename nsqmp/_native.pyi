@@ -141,3 +141,10 @@ class InFlightMap:
     ) -> tuple[list[Message], list[list]]: ...
     def entries(self) -> list[tuple[Message, int, object]]: ...
     def clear(self) -> None: ...
+
+def timerfd_open() -> int:
+    """A non-blocking CLOCK_MONOTONIC timerfd, disarmed (timerfd.c)."""
+def timerfd_arm(fd: int, deadline_ns: int, /) -> None:
+    """Readable at deadline_ns (absolute, time.monotonic_ns); 0 disarms."""
+def timerfd_clear(fd: int, /) -> int:
+    """Expirations consumed; 0 when it was not readable."""

@@ -14,6 +14,7 @@ import os
 import time
 from typing import Any, Callable
 
+_native: Any
 try:
     from nsqmp import _native
 except ImportError:  # extension not built
@@ -54,7 +55,8 @@ class TimerfdWake:
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         self.loop = loop
         self.callback = callback
-        self.fd: int | None = _native.timerfd_open()
+        self.fd: int = _native.timerfd_open()
+        self._open = True
         loop.add_reader(self.fd, self._ready)
 
     def at(self, deadline_ns: int) -> None:
@@ -66,10 +68,10 @@ class TimerfdWake:
             self.callback()
 
     def close(self) -> None:
-        if self.fd is not None:
+        if self._open:
+            self._open = False
             self.loop.remove_reader(self.fd)
             os.close(self.fd)
-            self.fd = None
 
 
 Wake: Any

@@ -211,37 +211,30 @@ class Endpoint:
         total = 0
         urgent = self._urgent[0] if self._urgent else None
         try:
-            for src, ring in rings:
-                records = ring.pop_many(max_records)
-                if not records:
-                    continue
-                total += len(records)
-                if ring.take_producer_wakeup():
-                    self._doorbells[src].ring()
-                if urgent is None or src == urgent[0]:
-                    for record in records:
-                        handle(src, record)
-                    continue
-                # between two records of another ring, what came on the urgent one
-                urgent_ring = urgent[1]
-                for record in records:
-                    handle(src, record)
-                    if urgent_ring.used:
-                        total += self._take(urgent, handle, max_records)
+            for source in rings:
+                total += self._take(source, handle, max_records, None if source == urgent else urgent)
         finally:
             self._draining = False
         if self._blocked:
             self.flush()  # calls on_unblocked once every ring took its backlog
         return total
 
-    def _take(self, source: tuple[int, Ring], handle: Callable[[int, bytes], None], max_records: int) -> int:
+    def _take(self, source: tuple[int, Ring], handle: Callable[[int, bytes], None], max_records: int,
+              urgent: tuple[int, Ring] | None = None) -> int:
+        """Handle what waits on one ring, in order; with `urgent`, what comes on that ring
+        meanwhile is handled between two of these records."""
         src, ring = source
         records = ring.pop_many(max_records)
+        if not records:
+            return 0
         if ring.take_producer_wakeup():
             self._doorbells[src].ring()
+        taken = len(records)
         for record in records:
             handle(src, record)
-        return len(records)
+            if urgent is not None and urgent[1].used:
+                taken += self._take(urgent, handle, max_records)
+        return taken
 
     def prepare_sleep(self) -> bool:
         """True when every inbound ring is empty and flagged, so the doorbell will wake us."""

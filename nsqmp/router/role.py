@@ -99,7 +99,7 @@ class Router(Role):
     def setup(self) -> None:
         from nsqmp.router.recovery import recover_owned
 
-        # the timer's FIREs before anything else, and between the consumers of a delivery pass
+        # the timer's FIREs before anything else, and in the middle of long work (_deliver)
         self.endpoint.make_urgent(self.plan.timer_slot)
         # A full collection walks every queued message: over a second with millions queued,
         # long enough for in-flight messages to time out while FINs wait in the ring. The

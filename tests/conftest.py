@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -15,6 +17,28 @@ def pytest_addoption(parser):
     parser.addoption("--soak-kill-routers", action="store_true",
                      help="the soak also kills the routers (every other kill): only the no-loss "
                           "checks apply, since a killed router's counters start again")
+
+
+def _free_disk_line() -> tuple[str, bool]:
+    where = tempfile.gettempdir()
+    free = shutil.disk_usage(where).free
+    low = free < 2 * 2**30
+    line = f"free disk under {where}: {free / 2**30:.1f} GiB"
+    if low:
+        line += " (LOW: the suite writes up to about 1 GB of broker data and Spark scratch)"
+    return line, low
+
+
+def pytest_report_header(config):
+    return _free_disk_line()[0]
+
+
+def pytest_sessionstart(session):
+    """A run short of disk says so even under -q: its failures will be ENOSPC, not bugs."""
+    line, low = _free_disk_line()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if low and reporter is not None and session.config.get_verbosity() < 0:
+        reporter.write_line(line, yellow=True)
 
 
 @pytest.fixture

@@ -46,6 +46,10 @@ _PASS_MAX = 16_384
 # Messages put in flight between two looks at the timer's ring during a pass (about 0.5 ms
 # at a million in flight): a FIRE waits for no more than that, not for a consumer's RDY
 _FLY_STEP = 512
+# Messages sent between two pushes of the pending frames to the acceptors' rings during a
+# pass: the acceptors write the first consumers' frames to their sockets while the router
+# still puts the later ones in flight, instead of waiting for the whole pass
+_SEND_STEP = 2048
 
 
 class Router(Role):
@@ -839,14 +843,15 @@ class Router(Role):
         """Hand ready messages to consumers with credit, many frames per ring record."""
         self._deliver_scheduled = False
         now = time.monotonic_ns()
-        out: dict[int, list] = {}  # conn -> (Message, attempts) to send
         tokens = self.tokens
         arm = self._arms.append
         next_token = self._token_seq.__next__
         top_up: list[Channel] = []
         budget = _PASS_MAX
         dirty = self._dirty
-        urgent_waiting = self.endpoint.urgent_waiting
+        endpoint = self.endpoint
+        urgent_waiting = endpoint.urgent_waiting
+        unpushed = 0  # messages sent since the last push to the rings
         while dirty and budget > 0:
             ch = next(iter(dirty))
             del dirty[ch]
@@ -874,13 +879,21 @@ class Router(Role):
                 tokens[flight.token] = c.flights[flight.token] = flight
                 arm(flight.token)
                 arm(deadline)
-                frames = out.setdefault(c.conn, [])
+                frames: list = []  # (Message, attempts)
                 for start in range(0, n, _FLY_STEP):
                     in_flight.fly(ready, min(_FLY_STEP, n - start), flight, flight.members, frames)
                     if urgent_waiting():  # a FIRE came meanwhile: its messages go back now
-                        self.endpoint.drain_urgent(self.on_record)
+                        endpoint.drain_urgent(self.on_record)
                 c.in_flight += n
                 c.message_count += n
+                # a connection has one SUB, so this is all the pass has for it: out it goes
+                self._send_frames(c.conn, frames)
+                unpushed += n
+                if unpushed >= _SEND_STEP:
+                    unpushed = 0
+                    endpoint.flush()
+                if urgent_waiting():
+                    endpoint.drain_urgent(self.on_record)
                 if not ready:
                     break
             if budget <= 0:  # this channel may have more for its consumers: at the back
@@ -889,10 +902,6 @@ class Router(Role):
             if not self._deliver_scheduled:
                 self._deliver_scheduled = True
                 self.loop.call_soon(self._deliver)
-        for conn, entries in out.items():
-            self._send_frames(conn, entries)
-            if urgent_waiting():
-                self.endpoint.drain_urgent(self.on_record)
         self._flush_timer()
         for topic in self._acks_pending:
             topic.flush_acks()

@@ -50,6 +50,10 @@ _FLY_STEP = 512
 # pass: the acceptors write the first consumers' frames to their sockets while the router
 # still puts the later ones in flight, instead of waiting for the whole pass
 _SEND_STEP = 2048
+# Messages a channel hands out before the pass turns to the next channel with consumers
+# waiting (the channel goes to the back of the pass): a channel with a few messages just
+# due does not wait behind one handing out thousands of timed-out ones
+_VISIT_MAX = 2048
 
 
 class Router(Role):
@@ -866,6 +870,7 @@ class Router(Role):
             if not ready:
                 continue
             in_flight = ch.in_flight
+            visit = 0
             for c in ch.with_credit():
                 if c.info.get("sample_rate"):
                     self._sample(ch, c)
@@ -895,6 +900,10 @@ class Router(Role):
                 if urgent_waiting():
                     endpoint.drain_urgent(self.on_record)
                 if not ready:
+                    break
+                visit += n
+                if visit >= _VISIT_MAX and dirty:  # the other channels' turn
+                    dirty[ch] = None
                     break
             if budget <= 0:  # this channel may have more for its consumers: at the back
                 dirty[ch] = None

@@ -272,24 +272,30 @@ def test_messages_of_one_delivery_leave_their_shared_deadline_one_by_one(broker)
     c.close()
 
 
-def test_one_pass_for_many_consumers_sends_each_its_own(broker):
-    """A pass larger than the router's push step (2,048 messages) pushes frames to the
-    acceptors in the middle of the pass: every consumer still gets exactly its RDY of
-    distinct messages, in queue order within its connection, none twice."""
-    consumers = [consumer(broker, "wide", "ch", rdy=0) for _ in range(6)]
+def test_passes_over_many_consumers_and_channels_send_each_its_own(broker):
+    """Passes larger than the router's push step and a channel's turn (2,048 messages
+    each): frames go to the acceptors in the middle of a pass and a channel goes to the
+    back of the pass after its turn. Every consumer of both channels still gets exactly
+    its RDY of distinct messages, in queue order within its connection, none twice."""
+    names = ("ch", "other")
+    consumers = {name: [consumer(broker, "wide", name, rdy=0) for _ in range(3)] for name in names}
     bodies = [b"%05d" % i for i in range(6000)]
     with Connection.connect(broker.tcp_address) as p:
         for start in range(0, len(bodies), 1000):
             p.mpub("wide", bodies[start:start + 1000])
-    wait_for(lambda: channel_stats(broker, "wide", "ch")["depth"] == 6000, what="6000 queued")
-    for c in consumers:  # sent back to back: one pass usually serves several of them
-        c.send(wire.rdy(1000))
-    got = []
-    for c in consumers:
-        mine = [c.read_message().body for _ in range(1000)]
-        assert mine == sorted(mine)
-        got.extend(mine)
-    assert sorted(got) == bodies
-    assert channel_stats(broker, "wide", "ch")["in_flight_count"] == 6000
-    for c in consumers:
-        c.close()
+    for name in names:
+        wait_for(lambda: channel_stats(broker, "wide", name)["depth"] == 6000, what="6000 queued")
+    for name in names:  # sent back to back: one pass usually serves several of them
+        for c in consumers[name]:
+            c.send(wire.rdy(2000))
+    for name in names:
+        got = []
+        for c in consumers[name]:
+            mine = [c.read_message().body for _ in range(2000)]
+            assert mine == sorted(mine)
+            got.extend(mine)
+        assert sorted(got) == bodies
+        assert channel_stats(broker, "wide", name)["in_flight_count"] == 6000
+    for cs in consumers.values():
+        for c in cs:
+            c.close()

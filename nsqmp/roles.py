@@ -65,7 +65,7 @@ class Role:
         self.control = ControlBlock.attach(self.control_name)
         self.endpoint = Endpoint(self.plan, self.slot, self.doorbells)
         self.setup()
-        attach_to_loop(self.loop, self.endpoint, self.on_record)
+        attach_to_loop(self.loop, self.endpoint, self.on_record, self.poll_rings)
         self.loop.add_signal_handler(signal.SIGTERM, self.begin_stop)
         self.loop.add_signal_handler(signal.SIGINT, self.begin_stop)
         self.control.announce(self.slot, os.getpid(), self.generation, READY)
@@ -107,6 +107,10 @@ class Role:
 
     def on_record(self, src: int, record: bytes) -> None:
         raise NotImplementedError
+
+    def poll_rings(self) -> bool:
+        """True while records may wait a millisecond (see attach_to_loop's poll_while)."""
+        return False
 
     async def stop(self) -> None:
         """Graceful stop (SIGTERM)."""

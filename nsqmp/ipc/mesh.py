@@ -255,16 +255,33 @@ class Endpoint:
         self._bufs.clear()
 
 
-def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None]) -> None:
-    """Run `handle` for every record arriving at this endpoint, inside an asyncio loop."""
+# How soon an endpoint that polls (attach_to_loop's poll_while) looks at its rings again
+POLL_INTERVAL = 0.001
+_DRAIN_MAX = 4096
+
+
+def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None],
+                   poll_while: Callable[[], bool] | None = None) -> None:
+    """Run `handle` for every record arriving at this endpoint, inside an asyncio loop.
+
+    poll_while: after a drain that found records, if it returns True, look at the rings
+    again in POLL_INTERVAL instead of announcing sleep. The producers then write without
+    ringing the doorbell for each record: one wake-up takes a millisecond's records. A
+    drain that finds nothing announces sleep as usual, so an idle endpoint costs nothing
+    and the first record after a quiet spell rings at once. (A router with no consumer
+    polls: nobody waits on a publish, and on this 2-core machine each wake-up took about
+    20 us of CPU from the publisher and its client.)"""
     endpoint.bind_loop(loop.call_soon)
     state = {"scheduled": False}
 
     def pump() -> None:
         state["scheduled"] = False
         endpoint.doorbell.clear()
-        endpoint.drain(handle)
-        if not endpoint.prepare_sleep() and not state["scheduled"]:
+        took = endpoint.drain(handle, _DRAIN_MAX)
+        if 0 < took < _DRAIN_MAX and poll_while is not None and poll_while():
+            state["scheduled"] = True
+            loop.call_later(POLL_INTERVAL, pump)
+        elif not endpoint.prepare_sleep():
             state["scheduled"] = True
             loop.call_soon(pump)
 

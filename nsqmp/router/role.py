@@ -104,6 +104,11 @@ class Router(Role):
             records.CONFIG: self.on_config,
         }
 
+    def poll_rings(self) -> bool:
+        """With no consumer connected nobody waits on a publish: while publishes come,
+        the router takes them once a millisecond instead of being woken for each."""
+        return not self.consumers
+
     def setup(self) -> None:
         from nsqmp.router.recovery import recover_owned
 

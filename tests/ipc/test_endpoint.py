@@ -1,6 +1,7 @@
 """The mesh endpoint over real shared-memory rings and eventfd doorbells, in one process."""
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -106,3 +107,46 @@ def test_urgent_records_go_between_two_records_of_another_ring(pair):
         assert seen == [b"a0", b"a1", b"t", b"a2", b"a3"]
     finally:
         timer.close()
+
+
+@pytest.mark.parametrize("polls", [False, True], ids=["sleeps", "polls"])
+def test_a_polling_endpoint_takes_records_without_a_doorbell_while_they_come(pair, polls):
+    """attach_to_loop's poll_while: after a drain that found records the endpoint looks
+    again in a millisecond instead of announcing sleep, so the producer's next record
+    rings no doorbell; a drain that finds nothing announces sleep, and the record after
+    that rings again. Without poll_while, every record sent to a sleeping endpoint rings."""
+    import uvloop
+
+    acceptor, router, plan = pair
+    dst = plan.router_slot(0)
+    bell = acceptor._doorbells[dst]
+    loop = uvloop.new_event_loop()
+    seen: list[bytes] = []
+    waiting: dict[bytes, object] = {}
+
+    def handle(src, rec):
+        seen.append(rec)
+        fut = waiting.pop(rec, None)
+        if fut is not None:
+            fut.set_result(None)
+
+    def send_and_wait(rec: bytes) -> None:
+        waiting[rec] = loop.create_future()
+        loop.call_soon(lambda: (acceptor.send(dst, rec), acceptor.flush()))
+        loop.run_until_complete(asyncio.wait_for(waiting[rec], 5))
+
+    try:
+        mesh.attach_to_loop(loop, router, handle, (lambda: True) if polls else None)
+        loop.run_until_complete(asyncio.sleep(0.01))  # the first look found nothing: asleep
+        rings = bell.rings
+        send_and_wait(b"a")
+        assert bell.rings == rings + 1
+        send_and_wait(b"b")  # sent right after "a" was taken
+        assert bell.rings == rings + (1 if polls else 2)
+        loop.run_until_complete(asyncio.sleep(0.05))  # quiet: a polling endpoint sleeps too
+        send_and_wait(b"c")
+        assert bell.rings == rings + (2 if polls else 3)
+        assert seen == [b"a", b"b", b"c"]
+    finally:
+        loop.remove_reader(router.doorbell.fd)
+        loop.close()

@@ -896,7 +896,7 @@ class Router(Role):
                         endpoint.drain_urgent(self.on_record)
                 c.in_flight += n
                 c.message_count += n
-                # a connection has one SUB, so this is all the pass has for it: out it goes
+                # out now: a connection has one SUB, so no other channel's frames would join these
                 self._send_frames(c.conn, frames)
                 unpushed += n
                 if unpushed >= _SEND_STEP:

@@ -21,6 +21,9 @@ from nsqmp.ipc.ring import Ring, ring_size
 
 log = logging.getLogger("nsqmp.ipc")
 
+# Records one drain takes from each ring at most, before the loop gets a turn
+DRAIN_MAX = 4096
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -179,7 +182,7 @@ class Endpoint:
             self.on_unblocked()
 
     # -- receiving -----------------------------------------------------------
-    def drain(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
+    def drain(self, handle: Callable[[int, bytes], None], max_records: int = DRAIN_MAX) -> int:
         """Pop what is waiting on every inbound ring and hand each record to handle():
         the urgent source's first (see make_urgent), then the others in slot order.
 
@@ -200,7 +203,7 @@ class Endpoint:
         """Records wait on the urgent source's ring (one shared-memory load)."""
         return bool(self._urgent) and self._urgent[0][1].used > 0
 
-    def drain_urgent(self, handle: Callable[[int, bytes], None], max_records: int = 4096) -> int:
+    def drain_urgent(self, handle: Callable[[int, bytes], None], max_records: int = DRAIN_MAX) -> int:
         """drain() of the urgent source's ring only."""
         return self._drain(self._urgent, handle, max_records)
 
@@ -257,7 +260,6 @@ class Endpoint:
 
 # How soon an endpoint that polls (attach_to_loop's poll_while) looks at its rings again
 POLL_INTERVAL = 0.001
-_DRAIN_MAX = 4096
 
 
 def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None],
@@ -277,8 +279,9 @@ def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None
     def pump() -> None:
         state["scheduled"] = False
         endpoint.doorbell.clear()
-        took = endpoint.drain(handle, _DRAIN_MAX)
-        if 0 < took < _DRAIN_MAX and poll_while is not None and poll_while():
+        took = endpoint.drain(handle)
+        # DRAIN_MAX or more: a ring may hold more now, so look again at once (below)
+        if 0 < took < DRAIN_MAX and poll_while is not None and poll_while():
             state["scheduled"] = True
             loop.call_later(POLL_INTERVAL, pump)
         elif not endpoint.prepare_sleep():

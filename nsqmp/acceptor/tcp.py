@@ -132,6 +132,7 @@ class V2Connection(asyncio.Protocol):
                 return
         self.buf += data
         self.last_read = time.monotonic()
+        self.server.busy.touch()
         self._process()
 
     def eof_received(self) -> bool | None:

@@ -1038,6 +1038,13 @@ OPTIONS: tuple[Option, ...] = (
         section="processes", nsqd=False, check=between(0, 19),
     ),
     Option(
+        "busy-poll", DURATION, "50us",
+        "After work, an acceptor keeps looking for more this long at most before it sleeps "
+        "(adaptive: only while work comes that close together). Saves the wake-up of each "
+        "request-response round trip at the price of that CPU; 0 turns it off.",
+        section="processes", nsqd=False, check=between(0, 0.01, unit="duration"),
+    ),
+    Option(
         "ring-size", BYTESIZE, 8388608,
         "Bytes of each shared-memory ring between two processes (8 MiB); a power of two "
         "between 64 KiB and 1 GiB. One ring record holds at most a quarter of it, so it must "

@@ -18,7 +18,7 @@ from nsqmp.acceptor.publisher import Publisher, router_for
 from nsqmp.acceptor.registrar import Registrar
 from nsqmp.acceptor.tcp import V2Connection
 from nsqmp import memstats
-from nsqmp.busypoll import BusyPoll
+from nsqmp.busypoll import BusyPoll, CpuPressure
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
@@ -94,7 +94,8 @@ class Acceptor(Role):
     def setup(self) -> None:
         if self.opts.acceptor_nice:
             os.nice(self.opts.acceptor_nice)
-        self.busy = BusyPoll(self.loop.call_soon, round(self.opts.busy_poll * 1e9))
+        self.busy = BusyPoll(self.loop.call_soon, round(self.opts.busy_poll * 1e9),
+                             pressure=CpuPressure() if self.opts.busy_poll else None)
         self.tls_context = _tls_context(self.opts)
         self.tls_required = self.opts.tls_required  # True, False or "tcp-https"
         self.auth = AuthClient(self.opts)

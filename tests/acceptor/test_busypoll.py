@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import socket
 
 import uvloop
 
-from nsqmp.busypoll import _START_NS, BusyPoll
+from nsqmp.busypoll import _START_NS, BusyPoll, CpuPressure
 
 US = 1_000
 
@@ -133,6 +134,69 @@ def test_a_maximum_of_zero_turns_polling_off():
         poll.touch()
         assert loop.ready == []
     assert poll.window_ns == 0 and poll.polls == 0
+
+
+# -- the kernel's CPU pressure --------------------------------------------------------------
+
+MS = 1_000_000
+
+
+def _psi(path, total_us: int) -> None:
+    path.write_text(f"some avg10=1.00 avg60=2.00 avg300=3.00 total={total_us}\n"
+                    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+
+
+def test_pressure_is_high_when_tasks_waited_for_a_cpu_a_fifth_of_the_time_or_more(tmp_path):
+    path = tmp_path / "cpu"
+    _psi(path, 1_000_000)
+    pressure = CpuPressure(str(path))
+    assert pressure.check(100 * MS) is False  # a first reading has nothing to compare with
+    _psi(path, 1_000_000 + 1_000)  # 1 ms of waiting in 10 ms
+    assert pressure.check(110 * MS) is False
+    _psi(path, 1_000_000 + 1_000 + 2_500)  # 2.5 ms in the next 10
+    assert pressure.check(115 * MS) is False  # not read again within 10 ms
+    assert pressure.check(120 * MS) is True
+    _psi(path, 1_000_000 + 1_000 + 2_500 + 100)
+    assert pressure.check(125 * MS) is True  # the last reading holds until the next
+    assert pressure.check(130 * MS) is False
+    pressure.close()
+
+
+def test_pressure_without_the_file_or_with_an_unreadable_one_is_never_high(tmp_path):
+    assert CpuPressure(str(tmp_path / "absent")).check(10**9) is False
+    path = tmp_path / "cpu"
+    path.write_text("something else\n")
+    pressure = CpuPressure(str(path))
+    assert pressure.check(10**9) is False
+    _psi(path, 10**12)
+    assert pressure.check(2 * 10**9) is False  # it gave up on the file after the bad read
+
+
+def test_the_kernels_pressure_file_reads_where_there_is_one():
+    pressure = CpuPressure()
+    pressure.check(10**9)
+    if os.path.exists("/proc/pressure/cpu"):  # Linux 4.20+ with PSI, as on this machine kind
+        assert pressure._fd >= 0 and pressure._total_us > 0
+    else:
+        assert pressure._fd < 0 and not pressure.high
+    pressure.close()
+
+
+def test_no_window_starts_while_the_pressure_is_high(tmp_path):
+    path = tmp_path / "cpu"
+    _psi(path, 0)
+    loop = Loop()
+    pressure = CpuPressure(str(path))
+    poll = BusyPoll(loop.call_soon, 50 * US, loop.clock, pressure)
+    for _ in range(6):
+        work(loop, poll, after=45 * US)
+    assert poll.window_ns == 50 * US
+    _psi(path, 10 * MS // 1000)  # waited the whole time since the first reading
+    loop.run_until_idle(1 * US)
+    work(loop, poll, after=20 * MS)
+    work(loop, poll, after=10 * US)
+    assert poll.window_ns == 0 and pressure.high
+    pressure.close()
 
 
 # -- on a real loop, with a client in another process ---------------------------------------

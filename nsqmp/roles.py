@@ -14,7 +14,7 @@ import signal
 import setproctitle
 import uvloop
 
-from nsqmp import memstats
+from nsqmp import memstats, sched
 from nsqmp.golog import LEVELS
 from nsqmp.ipc.control import READY, ControlBlock
 from nsqmp.ipc.doorbell import Doorbell
@@ -37,6 +37,8 @@ class Role:
     """Base of acceptor, router and timer: subclasses fill in setup(), on_record(), stop()."""
 
     title = "nsqmp role"
+    # the time slice this role asks the kernel for (nsqmp/sched.py); 0 keeps the default
+    slice_ns = 0
 
     def __init__(self, opts, plan: Plan, slot: int, generation: int, doorbells: list[Doorbell],
                  control_name: str) -> None:
@@ -58,6 +60,8 @@ class Role:
         die_with_parent()
         setproctitle.setproctitle(self.title)
         memstats.install()
+        if self.slice_ns:
+            sched.set_slice(self.slice_ns)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         self.loop = uvloop.new_event_loop()

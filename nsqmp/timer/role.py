@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from nsqmp import sched
 from nsqmp.ipc import records
 from nsqmp.roles import Role
 from nsqmp.timer.heap import DeadlineHeap
@@ -34,6 +35,9 @@ def fire_chunk_bytes(ring_capacity: int) -> int:
 
 class Timer(Role):
     title = "nsqmp timer"
+    # it sleeps until a deadline and works for a few microseconds: the shortest slice
+    # lets its wake-ups preempt a busy router or acceptor instead of queueing behind them
+    slice_ns = sched.MIN_SLICE_NS
 
     def __init__(
         self, opts, plan, generation: int, doorbells, control_name: str

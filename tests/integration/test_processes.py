@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nsqmp import sched
 from nsqmp.acceptor.publisher import router_for
 from nsqmp.client import Connection
 from nsqmp.client import wire
@@ -346,3 +347,60 @@ def test_acceptor_nice_lowers_only_the_acceptors(make_broker):
     os.kill(old, signal.SIGKILL)
     pid = wait_for(lambda: (p := b.children().get("nsqmp acceptor 0")) != old and p, what="a new acceptor 0")
     assert _nice(pid) == base + 4
+
+
+def _slice_ns(pid: int) -> int | None:
+    """The task's EEVDF slice from /proc/<pid>/sched (None where the kernel shows none)."""
+    with open(f"/proc/{pid}/sched") as f:
+        for line in f:
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    return None
+
+
+def test_the_timer_asks_for_the_shortest_slice_and_the_others_keep_the_default(make_broker):
+    """The timer (a restarted one too) runs with a 0.1 ms slice, so its wake-ups preempt a
+    busy router or acceptor; on a kernel without custom slices nothing changes."""
+    b = make_broker("--acceptors", "1", "--routers", "1", "--acceptor-nice", "2")
+    children = b.children()
+    slices = {title: _slice_ns(pid) for title, pid in children.items()}
+    default = _slice_ns(b.proc.pid)
+    if _kernel_at_least(6, 12) and default is not None:  # custom slices (EEVDF), as here
+        assert slices["nsqmp timer"] == sched.MIN_SLICE_NS
+        assert default != sched.MIN_SLICE_NS
+    else:
+        assert slices["nsqmp timer"] == default
+    for title, value in slices.items():
+        if title != "nsqmp timer":
+            assert value == default, title
+    # the request keeps the niceness: the acceptor's stays lowered, the timer's the broker's
+    assert _nice(children["nsqmp acceptor 0"]) == _nice(children["nsqmp timer"]) + 2
+    old = children["nsqmp timer"]
+    os.kill(old, signal.SIGKILL)
+    pid = wait_for(lambda: (p := b.children().get("nsqmp timer")) != old and p, what="a new timer")
+    assert _slice_ns(pid) == slices["nsqmp timer"]
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = os.uname().release.split(".")
+    return (int(release[0]), int(release[1].split("-")[0])) >= (major, minor)
+
+
+def _child_slice(conn, ns: int) -> None:
+    took = sched.set_slice(ns)
+    conn.send((took, sched.get_slice(), os.getpriority(os.PRIO_PROCESS, 0)))
+
+
+def test_set_slice_changes_only_the_calling_process_and_keeps_its_niceness():
+    import multiprocessing as mp
+
+    before = sched.get_slice()
+    recv, send = mp.get_context("fork").Pipe(duplex=False)
+    child = mp.get_context("fork").Process(target=_child_slice, args=(send, 300_000))
+    child.start()
+    took, got, nice = recv.recv()
+    child.join(10)
+    assert nice == os.getpriority(os.PRIO_PROCESS, 0)
+    if _kernel_at_least(6, 12):
+        assert took and got == 300_000
+    assert sched.get_slice() == before  # this process is untouched

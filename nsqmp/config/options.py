@@ -1039,9 +1039,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "busy-poll", DURATION, "50us",
-        "After work, an acceptor keeps looking for more this long at most before it sleeps "
-        "(adaptive: only while work comes that close together). Saves the wake-up of each "
-        "request-response round trip at the price of that CPU; 0 turns it off.",
+        "After a publisher's command, an acceptor keeps looking for the next one this long "
+        "at most before it sleeps (adaptive: only while they come that close together and "
+        "no process waits for a CPU). Saves a wake-up per round trip at the price of that "
+        "CPU; 0 turns it off.",
         section="processes", nsqd=False, check=between(0, 0.01, unit="duration"),
     ),
     Option(

@@ -23,6 +23,7 @@ import struct
 
 _ATTR = struct.Struct("<IIQiIQQQII")
 _SCHED_OTHER = 0
+_SCHED_FLAG_KEEP_POLICY = 0x08  # keep SCHED_OTHER or SCHED_BATCH, as the broker was started
 # sched_setattr / sched_getattr syscall numbers
 _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
 MIN_SLICE_NS = 100_000
@@ -34,15 +35,15 @@ def _numbers() -> tuple[int, int] | None:
 
 def set_slice(ns: int) -> bool:
     """Ask for a time slice of ns (clamped by the kernel to 0.1-100 ms) for the calling
-    thread, keeping its policy (SCHED_OTHER) and niceness. True if the kernel took it."""
+    thread, keeping its policy and niceness. True if the kernel took it."""
     numbers = _numbers()
     if numbers is None:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         nice = os.getpriority(os.PRIO_PROCESS, 0)
-        attr = ctypes.create_string_buffer(_ATTR.pack(_ATTR.size, _SCHED_OTHER, 0, nice, 0, ns, 0, 0, 0, 0),
-                                           _ATTR.size)
+        packed = _ATTR.pack(_ATTR.size, _SCHED_OTHER, _SCHED_FLAG_KEEP_POLICY, nice, 0, ns, 0, 0, 0, 0)
+        attr = ctypes.create_string_buffer(packed, _ATTR.size)
         return libc.syscall(numbers[0], 0, attr, 0) == 0
     except (OSError, AttributeError):
         return False

@@ -387,20 +387,22 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 
 
 def _child_slice(conn, ns: int) -> None:
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # as `chrt -b 0 nsqmp serve`
     took = sched.set_slice(ns)
-    conn.send((took, sched.get_slice(), os.getpriority(os.PRIO_PROCESS, 0)))
+    conn.send((took, sched.get_slice(), os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0)))
 
 
-def test_set_slice_changes_only_the_calling_process_and_keeps_its_niceness():
+def test_set_slice_changes_only_the_calling_process_and_keeps_its_niceness_and_policy():
     import multiprocessing as mp
 
     before = sched.get_slice()
     recv, send = mp.get_context("fork").Pipe(duplex=False)
     child = mp.get_context("fork").Process(target=_child_slice, args=(send, 300_000))
     child.start()
-    took, got, nice = recv.recv()
+    took, got, nice, policy = recv.recv()
     child.join(10)
     assert nice == os.getpriority(os.PRIO_PROCESS, 0)
+    assert policy == os.SCHED_BATCH  # the policy it was started with stays
     if _kernel_at_least(6, 12):
         assert took and got == 300_000
     assert sched.get_slice() == before  # this process is untouched

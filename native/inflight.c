@@ -21,9 +21,20 @@
  *   resized away.  hash32: the low 32 bits of the id's hash (its home slot for
  *   tables up to 2^32 slots).
  *
- * The map owns a reference to each message and flight it holds and takes part
- * in cycle collection (a flight refers to its consumer, which refers to the
- * channel that owns this map).
+ * Stale slots.  A flight that times out with every member still in it
+ * (expire()) is one call that touches none of its slots: its (message,
+ * attempts) members go to the queue as they are, and the flight joins the
+ * `expired` set.  A slot naming an expired flight is stale: it reads as absent
+ * (get, FIN, REQ, TOUCH, len, entries), and is taken over in place when fly()
+ * puts its message in flight again, or emptied by forget() when the message
+ * leaves the queue another way.  Landing slot by slot missed the cache for
+ * every message (500-600 ns each in a busy router); the redelivery that
+ * follows has to find the slot anyway.  Each set item counts the stale slots
+ * naming its flight and leaves with the last of them.
+ *
+ * The map owns a reference to each message and flight it holds, and to each
+ * expired flight, and takes part in cycle collection (a flight refers to its
+ * consumer, which refers to the channel that owns this map).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,11 +62,25 @@ typedef struct {
     size_t live;     /* entries held */
 } table_t;
 
+/* A flight expire() timed out whole, and how many slots still name it. */
+typedef struct {
+    PyObject *flight;  /* NULL: an empty item; else a reference owned by the set */
+    size_t stale;      /* slots naming it (each stale), > 0 */
+} expired_t;
+
+typedef struct {
+    expired_t *items;  /* open addressing by the flight's address, linear probing */
+    size_t cap;        /* a power of two, or 0 (no items array) */
+    size_t used;
+} expired_set_t;
+
 typedef struct {
     PyObject_HEAD
     table_t cur;     /* where entries are put */
     table_t old;     /* a table being moved into cur, STEP slots per operation (slots NULL: none) */
     size_t cursor;   /* old slots before it are moved */
+    expired_set_t expired;  /* flights timed out whole; their members' slots are stale */
+    size_t stale;    /* stale slots, in cur and old: occupied, yet not in flight */
 } MapObject;
 
 /* A resize moves the entries a few at a time, so that no single call pays for
@@ -70,6 +95,7 @@ static PyTypeObject Map_Type;
 static PyObject *str_id;        /* "id" */
 static PyObject *str_popleft;   /* "popleft" */
 static PyObject *str_append;    /* "append" */
+static PyObject *str_extend;    /* "extend" */
 static PyObject *str_live;      /* "live" */
 static PyObject *str_consumer;  /* "consumer" */
 static PyObject *str_segment;   /* "segment" */
@@ -98,9 +124,143 @@ id_bytes(PyObject *id)
 }
 
 static int
-is_live(const slot_t *s)
+occupied(const slot_t *s)
 {
     return s->message != NULL && s->message != MOVED;
+}
+
+/* ------------------------------------------------------------------ */
+/* the expired flights                                                 */
+/* ------------------------------------------------------------------ */
+
+static size_t
+address_hash(const PyObject *p)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static expired_t *
+expired_find(const MapObject *self, const PyObject *flight)
+{
+    const expired_set_t *e = &self->expired;
+    if (e->used == 0)
+        return NULL;
+    size_t mask = e->cap - 1;
+    for (size_t i = address_hash(flight) & mask;; i = (i + 1) & mask) {
+        expired_t *x = &e->items[i];
+        if (x->flight == flight)
+            return x;
+        if (x->flight == NULL)
+            return NULL;
+    }
+}
+
+static void
+expired_place(expired_t *items, size_t cap, expired_t item)
+{
+    size_t i = address_hash(item.flight) & (cap - 1);
+    while (items[i].flight != NULL)
+        i = (i + 1) & (cap - 1);
+    items[i] = item;
+}
+
+/* flight (not in the set) with n stale slots, taking a new reference; -1 with
+ * MemoryError, the set unchanged. */
+static int
+expired_add(MapObject *self, PyObject *flight, size_t n)
+{
+    expired_set_t *e = &self->expired;
+    if ((e->used + 1) * 2 > e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 16;
+        expired_t *items = PyMem_Calloc(cap, sizeof(expired_t));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; i < e->cap; i++)
+            if (e->items[i].flight != NULL)
+                expired_place(items, cap, e->items[i]);
+        PyMem_Free(e->items);
+        e->items = items;
+        e->cap = cap;
+    }
+    expired_place(e->items, e->cap, (expired_t){Py_NewRef(flight), n});
+    e->used++;
+    self->stale += n;
+    return 0;
+}
+
+/* Takes item x out of the set (the items behind it shift back, as in vacate);
+ * returns the set's reference to its flight, for the caller to release once
+ * the map is consistent again.  An emptied set gives its memory back. */
+static PyObject *
+expired_remove(MapObject *self, expired_t *x)
+{
+    expired_set_t *e = &self->expired;
+    PyObject *flight = x->flight;
+    size_t mask = e->cap - 1;
+    size_t hole = (size_t)(x - e->items);
+    for (size_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
+        expired_t *u = &e->items[j];
+        if (u->flight == NULL)
+            break;
+        size_t home = address_hash(u->flight) & mask;
+        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+        if (stays)
+            continue;
+        e->items[hole] = *u;
+        hole = j;
+    }
+    e->items[hole] = (expired_t){NULL, 0};
+    if (--e->used == 0 && e->cap > 64) {
+        PyMem_Free(e->items);
+        e->items = NULL;
+        e->cap = 0;
+    }
+    return flight;
+}
+
+static int
+is_stale(const MapObject *self, const slot_t *s)
+{
+    return self->stale != 0 && expired_find(self, s->flight) != NULL;
+}
+
+/* Slot s (stale or not) no longer counts as stale: it is about to be taken over
+ * or emptied.  Returns a reference to release once that is done (the set's, if
+ * this was the last stale slot of its flight), or NULL. */
+static PyObject *
+unstale(MapObject *self, const slot_t *s)
+{
+    if (self->stale == 0)
+        return NULL;
+    expired_t *x = expired_find(self, s->flight);
+    if (x == NULL)
+        return NULL;
+    self->stale--;
+    return --x->stale == 0 ? expired_remove(self, x) : NULL;
+}
+
+/* Drops every item: the references to release are appended to `out` (an array
+ * of e->used entries the caller frees after releasing them). */
+static PyObject **
+expired_take_all(MapObject *self, size_t *count)
+{
+    expired_set_t *e = &self->expired;
+    *count = 0;
+    if (e->used == 0)
+        return NULL;
+    PyObject **refs = PyMem_Malloc(e->used * sizeof(PyObject *));
+    /* without memory the references leak: never released while still in the set */
+    for (size_t i = 0; i < e->cap; i++)
+        if (e->items[i].flight != NULL && refs != NULL)
+            refs[(*count)++] = e->items[i].flight;
+    PyMem_Free(e->items);
+    e->items = NULL;
+    e->cap = e->used = 0;
+    self->stale = 0;
+    return refs;
 }
 
 static slot_t *
@@ -124,6 +284,14 @@ find(MapObject *self, const uint8_t *id, uint32_t hash)
     if (s == NULL && self->old.slots != NULL)
         s = find_in(&self->old, id, hash);
     return s;
+}
+
+/* The slot holding id in flight (not stale), or NULL. */
+static slot_t *
+find_live(MapObject *self, const uint8_t *id, uint32_t hash)
+{
+    slot_t *s = find(self, id, hash);
+    return s != NULL && is_stale(self, s) ? NULL : s;
 }
 
 static int
@@ -153,7 +321,7 @@ step(MapObject *self, size_t n)
         return;
     for (; n > 0 && self->cursor < old->cap; n--, self->cursor++) {
         slot_t *s = &old->slots[self->cursor];
-        if (is_live(s)) {
+        if (occupied(s)) {
             place(&self->cur, s);
             s->message = MOVED;
             s->flight = NULL;
@@ -243,12 +411,14 @@ put(MapObject *self, const uint8_t *id, PyObject *message, uint32_t attempts, Py
 {
     uint32_t hash = id_hash(id);
     slot_t *s = find(self, id, hash);
-    if (s != NULL) {
+    if (s != NULL) {  /* in flight already (TOUCH's put), or stale: a timed-out message again */
+        PyObject *release = unstale(self, s);
         Py_INCREF(message);
         Py_INCREF(flight);
         Py_SETREF(s->message, message);
         Py_SETREF(s->flight, flight);
         s->attempts = attempts;
+        Py_XDECREF(release);
         return 0;
     }
     /* cur holds at most 7/10 of its slots, old entries included (they all go there) */
@@ -307,7 +477,7 @@ free_table(table_t *t)
     if (t->slots == NULL)
         return;
     for (size_t i = 0; i < t->cap; i++) {
-        if (is_live(&t->slots[i])) {
+        if (occupied(&t->slots[i])) {
             Py_DECREF(t->slots[i].message);
             Py_DECREF(t->slots[i].flight);
         }
@@ -337,6 +507,8 @@ Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->old.slots = NULL;
     self->old.cap = self->old.live = 0;
     self->cursor = 0;
+    self->expired = (expired_set_t){NULL, 0, 0};
+    self->stale = 0;
     if (self->cur.slots == NULL) {
         self->cur.cap = 0;
         Py_DECREF(self);
@@ -349,7 +521,12 @@ Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 Map_clear(MapObject *self)
 {
-    /* detach the tables first: a decref may run code that looks at this map */
+    /* detach the tables and the set first: a decref may run code that looks at this map */
+    size_t n_expired;
+    PyObject **expired = expired_take_all(self, &n_expired);
+    for (size_t i = 0; i < n_expired; i++)
+        Py_DECREF(expired[i]);
+    PyMem_Free(expired);
     table_t cur = self->cur, old = self->old;
     self->old.slots = NULL;
     self->old.cap = self->old.live = 0;
@@ -379,12 +556,14 @@ Map_traverse(MapObject *self, visitproc visit, void *arg)
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; tables[k]->slots != NULL && i < tables[k]->cap; i++) {
             const slot_t *s = &tables[k]->slots[i];
-            if (is_live(s)) {
+            if (occupied(s)) {
                 Py_VISIT(s->message);
                 Py_VISIT(s->flight);
             }
         }
     }
+    for (size_t i = 0; i < self->expired.cap; i++)
+        Py_VISIT(self->expired.items[i].flight);
     return 0;
 }
 
@@ -392,22 +571,22 @@ static void
 Map_dealloc(MapObject *self)
 {
     PyObject_GC_UnTrack(self);
-    free_table(&self->cur);
-    free_table(&self->old);
+    Map_clear(self);
+    PyMem_Free(self->cur.slots);
     PyObject_GC_Del(self);
 }
 
 static Py_ssize_t
 Map_length(MapObject *self)
 {
-    return (Py_ssize_t)total(self);
+    return (Py_ssize_t)(total(self) - self->stale);
 }
 
 static int
 Map_contains(MapObject *self, PyObject *key)
 {
     const uint8_t *id = id_bytes(key);
-    return id != NULL && find(self, id, id_hash(id)) != NULL;
+    return id != NULL && find_live(self, id, id_hash(id)) != NULL;
 }
 
 PyDoc_STRVAR(get_doc,
@@ -418,7 +597,7 @@ static PyObject *
 Map_get(MapObject *self, PyObject *key)
 {
     const uint8_t *id = id_bytes(key);
-    slot_t *s = id == NULL ? NULL : find(self, id, id_hash(id));
+    slot_t *s = id == NULL ? NULL : find_live(self, id, id_hash(id));
     if (s == NULL)
         Py_RETURN_NONE;
     return entry_tuple(s);
@@ -451,7 +630,7 @@ static PyObject *
 Map_remove(MapObject *self, PyObject *key)
 {
     const uint8_t *id = id_bytes(key);
-    slot_t *s = id == NULL ? NULL : find(self, id, id_hash(id));
+    slot_t *s = id == NULL ? NULL : find_live(self, id, id_hash(id));
     if (s == NULL) {
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
@@ -476,7 +655,7 @@ Map_move(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     const uint8_t *id = id_bytes(args[0]);
-    slot_t *s = id == NULL ? NULL : find(self, id, id_hash(id));
+    slot_t *s = id == NULL ? NULL : find_live(self, id, id_hash(id));
     if (s == NULL) {
         PyErr_SetObject(PyExc_KeyError, args[0]);
         return NULL;
@@ -486,12 +665,29 @@ Map_move(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* A flight's members are one flat list, message then attempts for each:
+ * [m0, a0, m1, a1, ...].  Pairs made for it would live as long as the flight,
+ * a million of them at a million in flight; measured, keeping them cost every
+ * delivery 15-20 ns in fly() and as much again in pack_frames (more memory for
+ * the caches), against 8 more bytes per member here (the small ints are
+ * shared). */
+static int
+check_members(PyObject *members)
+{
+    if (!PyList_Check(members) || PyList_GET_SIZE(members) % 2 != 0) {
+        PyErr_SetString(PyExc_TypeError, "members must be a list of message, attempts, ...");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(fly_doc,
 "fly(ready, n, flight, members, out, /)\n--\n\n"
 "One delivery pass for one consumer: takes n (message, attempts) entries from\n"
 "the left of the deque `ready` (fewer if it runs out), puts each in flight in\n"
-"`flight` with attempts + 1, appends the message to the list `members` and\n"
-"(message, attempts + 1) to the list `out`.  Returns how many it took.");
+"`flight` with attempts + 1, appends message and attempts + 1 to the flat\n"
+"list `members` and (message, attempts + 1) to the list `out`.  Returns how\n"
+"many it took.");
 
 /* Prefetching.  At a million in flight a pass misses the cache two or three
  * times per message (its ready entry, the message, its slot), one after the
@@ -525,15 +721,16 @@ prefetch_id_slot(const MapObject *self, const uint8_t *id)
     __builtin_prefetch(&self->cur.slots[id_hash(id) & (self->cur.cap - 1)]);
 }
 
-/* For a loop over a list of messages at i: the loads of those ahead. */
+/* For a loop over a flat members list at i (a message's index): the loads of
+ * the messages ahead; their slots too when `slots`. */
 PREFETCH_HELPER
-prefetch_ahead(const MapObject *self, PyObject *members, Py_ssize_t i)
+prefetch_ahead(const MapObject *self, PyObject *members, Py_ssize_t i, int slots)
 {
     Py_ssize_t n = PyList_GET_SIZE(members);
-    if (i + AHEAD_MESSAGE < n)
-        prefetch_message(PyList_GET_ITEM(members, i + AHEAD_MESSAGE));
-    if (i + AHEAD_SLOT < n)
-        prefetch_slot(self, PyList_GET_ITEM(members, i + AHEAD_SLOT));
+    if (i + 2 * AHEAD_MESSAGE < n)
+        prefetch_message(PyList_GET_ITEM(members, i + 2 * AHEAD_MESSAGE));
+    if (slots && i + 2 * AHEAD_SLOT < n)
+        prefetch_slot(self, PyList_GET_ITEM(members, i + 2 * AHEAD_SLOT));
 }
 
 /* The message of a ready entry popped by fly(), for prefetching: NULL unless a pair. */
@@ -558,12 +755,14 @@ fly_one(MapObject *self, PyObject *entry, PyObject *flight, PyObject *members, P
     attempts++;
     PyObject *pair = NULL;
     int rc = put_message(self, message, attempts, flight);
-    if (rc == 0)
-        rc = PyList_Append(members, message);
     if (rc == 0) {
         pair = nsqmp_message_pair(message, (long long)attempts);
         rc = pair == NULL ? -1 : PyList_Append(out, pair);
     }
+    if (rc == 0)
+        rc = PyList_Append(members, message);
+    if (rc == 0)
+        rc = PyList_Append(members, PyTuple_GET_ITEM(pair, 1));
     Py_XDECREF(pair);
     return rc;
 }
@@ -579,8 +778,10 @@ Map_fly(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyLong_AsSsize_t(args[1]);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    if (!PyList_Check(members) || !PyList_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "members and out must be lists");
+    if (check_members(members) < 0)
+        return NULL;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
         return NULL;
     }
     if (PyObject_Length(ready) < 0)
@@ -638,8 +839,8 @@ fail:
     return NULL;
 }
 
-/* The slot of members[i] if it is in flight in `flight`; NULL otherwise (and
- * on error, with an exception set: check PyErr_Occurred). */
+/* The slot of message if it is in flight in `flight`, which is not expired;
+ * NULL otherwise (and on error, with an exception set: check PyErr_Occurred). */
 static slot_t *
 member_slot(MapObject *self, PyObject *message, PyObject *flight)
 {
@@ -655,14 +856,16 @@ member_slot(MapObject *self, PyObject *message, PyObject *flight)
         s = id == NULL ? NULL : find(self, id, id_hash(id));
         Py_DECREF(key);
     }
+    /* a stale slot names an expired flight, never this one */
     return s != NULL && s->message == message && s->flight == flight ? s : NULL;
 }
 
 PyDoc_STRVAR(land_doc,
 "land(members, flight, ready, /)\n--\n\n"
-"Every message of the list `members` still in flight in `flight` leaves it\n"
-"and is appended to the deque `ready` as (message, attempts), in members'\n"
-"order (a timed-out flight, or a dropped consumer's).  Returns how many.");
+"Every message of the flat list `members` (message, attempts, ...: what fly()\n"
+"gave the flight) still in flight in `flight` leaves it and is appended to the\n"
+"deque `ready` as (message, attempts), in members' order (a timed-out flight,\n"
+"or a dropped consumer's).  Returns how many.");
 
 static PyObject *
 Map_land(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -672,16 +875,16 @@ Map_land(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *members = args[0], *flight = args[1], *ready = args[2];
-    if (!PyList_Check(members)) {
-        PyErr_SetString(PyExc_TypeError, "members must be a list");
+    if (check_members(members) < 0)
         return NULL;
-    }
+    if (expired_find(self, flight) != NULL)  /* its members are in the queue already */
+        return PyLong_FromLong(0);
     PyObject *append = PyObject_GetAttr(ready, str_append);
     if (append == NULL)
         return NULL;
     Py_ssize_t landed = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(members); i++) {
-        prefetch_ahead(self, members, i);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(members); i += 2) {
+        prefetch_ahead(self, members, i, 1);
         PyObject *message = PyList_GET_ITEM(members, i);
         Py_INCREF(message);
         slot_t *s = member_slot(self, message, flight);
@@ -717,9 +920,109 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(expire_doc,
+"expire(members, flight, ready, /)\n--\n\n"
+"land() for a flight every member of which is still in it (the caller knows:\n"
+"no FIN, REQ or TOUCH has taken one out): each goes to the deque `ready` as\n"
+"(message, attempts), from `members` alone; their slots stay behind, stale,\n"
+"not looked at.  A stale slot reads as absent; fly() takes it over when it\n"
+"puts the message in flight again, forget() empties it.  Returns how many.");
+
+static PyObject *
+Map_expire(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "expire() takes exactly 3 arguments");
+        return NULL;
+    }
+    PyObject *members = args[0], *flight = args[1], *ready = args[2];
+    if (check_members(members) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(members) / 2;
+    if (n == 0 || expired_find(self, flight) != NULL)
+        return PyLong_FromLong(0);
+    PyObject *entries = PyList_New(n);
+    if (entries == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        prefetch_ahead(self, members, 2 * k, 0);
+        PyObject *message = PyList_GET_ITEM(members, 2 * k);
+        PyObject *attempts = PyList_GET_ITEM(members, 2 * k + 1);
+        PyObject *pair = PyLong_CheckExact(attempts) ? PyTuple_New(2) : NULL;
+        if (pair == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "members must be a list of message, attempts, ...");
+            Py_DECREF(entries);  /* its unset items are NULL: skipped */
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pair, 0, Py_NewRef(message));
+        PyTuple_SET_ITEM(pair, 1, Py_NewRef(attempts));
+        if (NSQMP_MESSAGE_CHECK(message))  /* as nsqmp_message_pair: in no cycle */
+            PyObject_GC_UnTrack(pair);
+        PyList_SET_ITEM(entries, k, pair);
+    }
+    if (expired_add(self, flight, (size_t)n) < 0) {
+        Py_DECREF(entries);
+        return NULL;
+    }
+    PyObject *r = PyObject_CallMethodOneArg(ready, str_extend, entries);
+    Py_DECREF(entries);
+    if (r == NULL) {  /* nothing queued: the flight's slots are in flight again */
+        expired_t *x = expired_find(self, flight);
+        self->stale -= x->stale;
+        Py_DECREF(expired_remove(self, x));
+        return NULL;
+    }
+    Py_DECREF(r);
+    return PyLong_FromSsize_t(n);
+}
+
+PyDoc_STRVAR(forget_doc,
+"forget(messages, /)\n--\n\n"
+"These messages, timed out by expire(), left the queue without going back in\n"
+"flight (dropped, skipped by sample_rate): their stale slots are emptied.\n"
+"Messages without one are passed over.");
+
+static PyObject *
+Map_forget(MapObject *self, PyObject *messages)
+{
+    if (!PyList_Check(messages)) {
+        PyErr_SetString(PyExc_TypeError, "messages must be a list");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; self->stale != 0 && i < PyList_GET_SIZE(messages); i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        Py_INCREF(message);
+        const uint8_t *id = NULL;
+        PyObject *key = NULL;
+        if (NSQMP_MESSAGE_CHECK(message)) {
+            id = ((nsqmp_Message *)message)->id;
+        } else if ((key = PyObject_GetAttr(message, str_id)) == NULL) {
+            Py_DECREF(message);
+            return NULL;
+        } else {
+            id = id_bytes(key);
+        }
+        slot_t *s = id == NULL ? NULL : find(self, id, id_hash(id));
+        Py_XDECREF(key);
+        if (s != NULL && s->message == message && is_stale(self, s)) {
+            PyObject *release = unstale(self, s);
+            PyObject *held_message = s->message, *held_flight = s->flight;
+            vacate(self, s);
+            Py_DECREF(held_message);
+            Py_DECREF(held_flight);
+            Py_XDECREF(release);
+        }
+        Py_DECREF(message);
+    }
+    maybe_shrink(self);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(alive_doc,
 "alive(members, flight, /)\n--\n\n"
-"The messages of the list `members` still in flight in `flight`, in order.");
+"The members (message, attempts, ...) of the flat list `members` whose message\n"
+"is still in flight in `flight`, in order, as a flat list.");
 
 static PyObject *
 Map_alive(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -729,19 +1032,22 @@ Map_alive(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *members = args[0], *flight = args[1];
-    if (!PyList_Check(members)) {
-        PyErr_SetString(PyExc_TypeError, "members must be a list");
+    if (check_members(members) < 0)
         return NULL;
-    }
     PyObject *result = PyList_New(0);
-    if (result == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(members); i++) {
+    if (result == NULL || expired_find(self, flight) != NULL)
+        return result;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(members); i += 2) {
         PyObject *message = PyList_GET_ITEM(members, i);
+        PyObject *attempts = PyList_GET_ITEM(members, i + 1);
         Py_INCREF(message);
+        Py_INCREF(attempts);
         slot_t *s = member_slot(self, message, flight);
         int rc = s == NULL ? (PyErr_Occurred() ? -1 : 0) : PyList_Append(result, message);
+        if (rc == 0 && s != NULL)
+            rc = PyList_Append(result, attempts);
         Py_DECREF(message);
+        Py_DECREF(attempts);
         if (rc < 0) {
             Py_DECREF(result);
             return NULL;
@@ -859,6 +1165,8 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
                 prefetch_message(t->message);
         }
         slot_t *s = find(self, id, id_hash(id));
+        if (s != NULL && s->flight != checked && is_stale(self, s))
+            s = NULL;  /* timed out: in the queue, not in flight */
         if (s != NULL && s->flight != checked) {
             PyObject *owner = PyObject_GetAttr(s->flight, str_consumer);
             if (owner == NULL)
@@ -918,7 +1226,7 @@ Map_entries(MapObject *self, PyObject *Py_UNUSED(ignored))
     const table_t *tables[2] = {&self->cur, &self->old};
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; tables[k]->slots != NULL && i < tables[k]->cap; i++) {
-            if (!is_live(&tables[k]->slots[i]))
+            if (!occupied(&tables[k]->slots[i]) || is_stale(self, &tables[k]->slots[i]))
                 continue;
             PyObject *t = entry_tuple(&tables[k]->slots[i]);
             if (t == NULL || PyList_Append(result, t) < 0) {
@@ -948,11 +1256,25 @@ static PyMethodDef Map_methods[] = {
     {"move", (PyCFunction)(void (*)(void))Map_move, METH_FASTCALL, move_doc},
     {"fly", (PyCFunction)(void (*)(void))Map_fly, METH_FASTCALL, fly_doc},
     {"land", (PyCFunction)(void (*)(void))Map_land, METH_FASTCALL, land_doc},
+    {"expire", (PyCFunction)(void (*)(void))Map_expire, METH_FASTCALL, expire_doc},
+    {"forget", (PyCFunction)Map_forget, METH_O, forget_doc},
     {"alive", (PyCFunction)(void (*)(void))Map_alive, METH_FASTCALL, alive_doc},
     {"finish", (PyCFunction)(void (*)(void))Map_finish, METH_FASTCALL, finish_doc},
     {"entries", (PyCFunction)Map_entries, METH_NOARGS, entries_doc},
     {"clear", (PyCFunction)Map_clear_method, METH_NOARGS, clear_doc},
     {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+Map_get_stale(MapObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(self->stale);
+}
+
+static PyGetSetDef Map_getset[] = {
+    {"stale", (getter)Map_get_stale, NULL,
+     "Slots kept for timed-out messages not yet in flight again (memory only: never counted).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PySequenceMethods Map_as_sequence = {
@@ -975,6 +1297,7 @@ static PyTypeObject Map_Type = {
     .tp_traverse = (traverseproc)Map_traverse,
     .tp_clear = (inquiry)Map_clear,
     .tp_methods = Map_methods,
+    .tp_getset = Map_getset,
     .tp_new = Map_new,
 };
 
@@ -985,11 +1308,12 @@ nsqmp_inflight_add(PyObject *module)
         str_id = PyUnicode_InternFromString("id");
         str_popleft = PyUnicode_InternFromString("popleft");
         str_append = PyUnicode_InternFromString("append");
+        str_extend = PyUnicode_InternFromString("extend");
         str_live = PyUnicode_InternFromString("live");
         str_consumer = PyUnicode_InternFromString("consumer");
         str_segment = PyUnicode_InternFromString("segment");
         str_offset = PyUnicode_InternFromString("offset");
-        if (str_id == NULL || str_popleft == NULL || str_append == NULL || str_live == NULL
+        if (str_id == NULL || str_popleft == NULL || str_append == NULL || str_extend == NULL || str_live == NULL
             || str_consumer == NULL || str_segment == NULL || str_offset == NULL)
             return -1;
     }

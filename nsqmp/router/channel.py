@@ -53,7 +53,9 @@ class Flight:
     deadline: int  # CLOCK_MONOTONIC ns
     delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
     live: int = 0  # members still in this flight
-    members: list = field(default_factory=list)  # the Messages it went out with
+    # what it went out with, flat: Message, attempts, Message, attempts, ... (the map's
+    # land/expire put them back in the queue from this; see native/inflight.c)
+    members: list = field(default_factory=list)
 
 
 # Deferred messages of a channel due within the same DEFER_SLOT_NS share one timer entry

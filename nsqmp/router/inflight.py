@@ -7,6 +7,7 @@ pass for one consumer, and one timed-out flight, are one call each::
 
     taken = in_flight.fly(ready, n, flight, flight.members, out)
     landed = in_flight.land(flight.members, flight, ready)
+    landed = in_flight.expire(flight.members, flight, ready)  # no member has left it
 """
 from __future__ import annotations
 

@@ -9,6 +9,11 @@ from collections import deque
 __all__ = ["InFlightMap"]
 
 
+def _check(members: list) -> None:
+    if not isinstance(members, list) or len(members) % 2:
+        raise TypeError("members must be a list of message, attempts, ...")
+
+
 class InFlightMap:
     __slots__ = ("_map",)
 
@@ -42,25 +47,33 @@ class InFlightMap:
         message, attempts, _ = self._map[msg_id]
         self._map[msg_id] = (message, attempts, flight)
 
+    @property
+    def stale(self) -> int:
+        """Entries kept for timed-out messages not yet in flight again: none here (expire()
+        removes them at once); the native map keeps them to spare the lookups."""
+        return 0
+
     def fly(self, ready: deque, n: int, flight, members: list, out: list) -> int:
         """One delivery pass for one consumer: up to n entries from the left of `ready`
-        go in flight in `flight` with attempts + 1; each message is appended to
-        `members` and (message, attempts + 1) to `out`. Returns how many it took."""
+        go in flight in `flight` with attempts + 1; message and attempts + 1 are appended
+        to the flat list `members`, (message, attempts + 1) to `out`. Returns how many."""
         took = 0
         while took < n and ready:
             message, attempts = ready.popleft()
             attempts += 1
             self.put(message, attempts, flight)
-            members.append(message)
+            members += (message, attempts)
             out.append((message, attempts))
             took += 1
         return took
 
     def land(self, members: list, flight, ready: deque) -> int:
-        """Every message of `members` still in flight in `flight` leaves it and is
-        appended to `ready` as (message, attempts), in members' order. Returns how many."""
+        """Every message of the flat list `members` (message, attempts, ...) still in flight
+        in `flight` leaves it and is appended to `ready` as (message, attempts), in
+        members' order. Returns how many."""
+        _check(members)
         landed = 0
-        for message in members:
+        for message in members[::2]:
             entry = self._map.get(message.id)
             if entry is not None and entry[0] is message and entry[2] is flight:
                 del self._map[message.id]
@@ -68,11 +81,26 @@ class InFlightMap:
                 landed += 1
         return landed
 
+    def expire(self, members: list, flight, ready: deque) -> int:
+        """land() for a flight every member of which is still in it. Returns how many."""
+        return self.land(members, flight, ready)
+
+    def forget(self, messages: list) -> None:
+        """Messages that left the queue without flying again: nothing to do here."""
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list")
+
     def alive(self, members: list, flight) -> list:
-        """The messages of `members` still in flight in `flight`, in order."""
+        """The members of the flat list `members` whose message is still in flight in
+        `flight`, in order, as a flat list."""
+        _check(members)
         held = self._map
-        return [m for m in members
-                if (e := held.get(m.id)) is not None and e[0] is m and e[2] is flight]
+        out: list = []
+        for i in range(0, len(members), 2):
+            m = members[i]
+            if (e := held.get(m.id)) is not None and e[0] is m and e[2] is flight:
+                out += members[i:i + 2]
+        return out
 
     def finish(self, ids, start: int, consumer, bad: list, emptied: list) -> tuple[list, list]:
         """FIN of the 16-byte ids packed in `ids` from `start`, in order: each one in

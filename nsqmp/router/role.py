@@ -141,7 +141,7 @@ class Router(Role):
         for c in self.consumers.values():
             in_flight = c.channel.in_flight
             for f in c.flights.values():
-                if len(f.members) > 64 and f.live * 4 < len(f.members):
+                if len(f.members) > 128 and f.live * 8 < len(f.members):
                     f.members = in_flight.alive(f.members, f)
         if not self._stopping:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
@@ -359,6 +359,7 @@ class Router(Role):
                     self._disarms.append(d.token)
             ch.ready.clear()
             ch.ready.extend(keep)
+            ch.in_flight.forget(gone)  # the slots kept for timed-out ones
             for m in gone:
                 topic.ack(ch, seg, m.offset)  # so a restart does not bring it back
                 topic.release(seg)
@@ -616,7 +617,7 @@ class Router(Role):
         # its own flights, not a walk of the channel's whole in-flight set
         back: deque = deque()
         for token, f in c.flights.items():
-            ch.in_flight.land(f.members, f, back)
+            self._ground(ch, f, back)
             self.tokens.pop(token, None)
             self._disarms.append(token)
         c.flights.clear()
@@ -761,13 +762,13 @@ class Router(Role):
         entry = self._owned(conn, msg_id, "TOUCH")
         if entry is None:
             return
-        m, _, f = entry
+        m, attempts, f = entry
         c = f.consumer
         timeout = int(c.info.get("msg_timeout", 60000)) * 1_000_000
         deadline = min(time.monotonic_ns() + timeout, f.delivered + int(self.opts.max_msg_timeout * 1e9))
         if f.live > 1:  # it leaves its delivery pass's flight for one of its own
             self._leave(f)
-            f = Flight(next(self._token_seq), c, deadline, f.delivered, 1, [m])
+            f = Flight(next(self._token_seq), c, deadline, f.delivered, 1, [m, attempts])
             c.flights[f.token] = self.tokens[f.token] = f
             c.channel.in_flight.move(msg_id, f)
         f.deadline = deadline
@@ -799,7 +800,7 @@ class Router(Role):
                 c = entry.consumer
                 ch = c.channel
                 del c.flights[token]
-                n = ch.in_flight.land(entry.members, entry, ch.ready)
+                n = self._ground(ch, entry, ch.ready)
                 if n:
                     late_timeouts.add(clock() - entry.deadline, n)
                 c.in_flight -= n
@@ -809,6 +810,18 @@ class Router(Role):
                 last = ch
         for ch in touched:
             self._mark(ch)
+
+    @staticmethod
+    def _ground(ch: Channel, f: Flight, ready) -> int:
+        """Flight f's messages still in it go back to `ready` (it timed out, or its consumer
+        is gone); how many. A flight no member has left is one call that looks at none of
+        them (InFlightMap.expire)."""
+        if f.live * 2 == len(f.members):
+            n = ch.in_flight.expire(f.members, f, ready)
+        else:
+            n = ch.in_flight.land(f.members, f, ready)
+        f.live = 0
+        return n
 
     def on_timer_hello(self, src: int, rec: bytes) -> None:
         """A new timer knows nothing: give it every deadline again."""
@@ -948,18 +961,21 @@ class Router(Role):
         rate = int(c.info["sample_rate"])
         ready = ch.ready
         keep: list = []
+        skipped: list = []
         while ready and len(keep) < c.credit:
             entry = ready.popleft()
             if random.randrange(100) <= rate:
                 keep.append(entry)
                 continue
             m = entry[0]
+            skipped.append(m)
             if m.segment is not None:
                 topic = ch.topic
                 topic.ack(ch, m.segment, m.offset)
                 topic.release(m.segment)
                 self._acks_pending.add(topic)
         ready.extendleft(reversed(keep))
+        ch.in_flight.forget(skipped)  # a timed-out one's slot, kept for its next flight
 
     def _send_frames(self, conn: int, entries: list) -> None:
         """DELIVER records carrying the message frames of (Message, attempts) entries: up

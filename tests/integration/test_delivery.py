@@ -299,3 +299,67 @@ def test_passes_over_many_consumers_and_channels_send_each_its_own(broker):
     for cs in consumers.values():
         for c in cs:
             c.close()
+
+
+def test_a_timed_out_delivery_waiting_in_the_queue_is_not_in_flight(broker):
+    """A delivery that timed out whole goes back to the queue in one step, its in-flight
+    entries left behind stale (native/inflight.c, expire). Until its messages go out again
+    they are queued, not in flight: FIN, TOUCH and REQ of them are refused, /stats counts
+    them in depth; sent again, they carry attempts 2, and a FIN then counts."""
+    c = consumer(broker, "stale", "ch", rdy=0, msg_timeout=1000)
+    with Connection.connect(broker.tcp_address) as p:
+        p.mpub("stale", [b"a", b"b", b"c"])
+    wait_for(lambda: channel_stats(broker, "stale", "ch")["depth"] == 3, what="3 queued")
+    c.send(wire.rdy(2))
+    first = [c.read_message() for _ in range(2)]
+    c.send(wire.rdy(0))  # nothing more for now: the timed-out two wait in the queue
+    stats = wait_for(lambda: (s := channel_stats(broker, "stale", "ch"))["timeout_count"] == 2 and s,
+                     what="both timed out")
+    assert (stats["depth"], stats["in_flight_count"], stats["clients"][0]["in_flight_count"]) == (3, 0, 0)
+    m = first[0]
+    c.send(wire.fin(m.id) + wire.touch(m.id) + wire.req(m.id, 0))
+    assert [c.read_frame().data for _ in range(3)] == [
+        b"E_FIN_FAILED FIN %s failed ID not in flight" % m.id,
+        b"E_TOUCH_FAILED TOUCH %s failed ID not in flight" % m.id,
+        b"E_REQ_FAILED REQ %s failed ID not in flight" % m.id,
+    ]
+    c.send(wire.rdy(3))
+    again = [c.read_message() for _ in range(3)]
+    assert sorted((x.body, x.attempts) for x in again) == [(b"a", 2), (b"b", 2), (b"c", 1)]
+    assert {x.id for x in again if x.attempts == 2} == {x.id for x in first}
+    for x in again:
+        c.fin(x.id)
+    c.send(wire.NOP)
+    stats = wait_for(lambda: (s := channel_stats(broker, "stale", "ch"))["in_flight_count"] == 0 and s,
+                     what="all finished")
+    assert (stats["depth"], stats["timeout_count"], stats["requeue_count"]) == (0, 2, 0), stats
+    assert stats["clients"][0]["finish_count"] == 3
+    c.close()
+
+
+def test_timed_out_messages_waiting_in_the_queue_are_dropped_by_empty(broker):
+    """EMPTY while a timed-out delivery waits in the queue: gone (each once: the stale
+    in-flight entries are not counted again), and the channel goes on with new messages."""
+    c = consumer(broker, "stale_empty", "ch", rdy=0, msg_timeout=1000)
+    with Connection.connect(broker.tcp_address) as p:
+        p.mpub("stale_empty", [b"a", b"b"])
+    wait_for(lambda: channel_stats(broker, "stale_empty", "ch")["depth"] == 2, what="2 queued")
+    c.send(wire.rdy(2))
+    first = [c.read_message() for _ in range(2)]
+    c.send(wire.rdy(0))
+    wait_for(lambda: channel_stats(broker, "stale_empty", "ch")["timeout_count"] == 2, what="both timed out")
+    assert broker.http("POST", "/channel/empty?topic=stale_empty&channel=ch")[0] == 200
+    stats = channel_stats(broker, "stale_empty", "ch")
+    assert (stats["depth"], stats["in_flight_count"]) == (0, 0), stats
+    c.send(wire.fin(first[0].id))
+    assert c.read_frame().data == b"E_FIN_FAILED FIN %s failed ID not in flight" % first[0].id
+    with Connection.connect(broker.tcp_address) as p:
+        p.pub("stale_empty", b"after")
+    c.send(wire.rdy(5))
+    m = c.read_message()
+    assert (m.body, m.attempts) == (b"after", 1)
+    c.fin(m.id)
+    c.send(wire.NOP)
+    wait_for(lambda: channel_stats(broker, "stale_empty", "ch")["in_flight_count"] == 0, what="finished")
+    assert channel_stats(broker, "stale_empty", "ch")["depth"] == 0
+    c.close()

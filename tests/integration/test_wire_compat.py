@@ -70,6 +70,38 @@ def test_sample_rate_delivers_a_sample_and_drops_the_rest(broker):
     full.close()
 
 
+def test_sample_rate_over_timed_out_messages_waiting_in_the_queue(broker):
+    """Messages that timed out whole wait in the queue with their in-flight entries left
+    stale (native/inflight.c); a sampling consumer that skips some of them drops those
+    entries too: the skipped are gone for good, the kept ones come with attempts 2."""
+    first = Connection.connect(broker.tcp_address)
+    first.identify(msg_timeout=1000)
+    first.sub("sampled_again", "ch", rdy=0)
+    with Connection.connect(broker.tcp_address) as p:
+        p.mpub("sampled_again", [b"m%d" % n for n in range(300)])
+    wait_for(lambda: _channels(broker, "sampled_again")["ch"]["depth"] == 300, what="300 queued")
+    first.send(wire.rdy(300))
+    ids = {first.read_message().id for _ in range(300)}
+    first.send(wire.rdy(0))
+    wait_for(lambda: _channels(broker, "sampled_again")["ch"]["timeout_count"] == 300, what="all timed out")
+    sampled = _consumer(broker, "sampled_again", "ch", rdy=300, sample_rate=10)
+    wait_for(lambda: _channels(broker, "sampled_again")["ch"]["depth"] == 0, what="sampled the queue")
+    kept = _channels(broker, "sampled_again")["ch"]["in_flight_count"]
+    assert 5 <= kept <= 90, kept  # 300 draws at p=0.11: mean 33, these bounds are > 5 sigma
+    again = [sampled.read_message() for _ in range(kept)]
+    assert {m.attempts for m in again} == {2} and {m.id for m in again} <= ids
+    for m in again:
+        sampled.fin(m.id)
+    sampled.send(wire.NOP)
+    wait_for(lambda: _channels(broker, "sampled_again")["ch"]["in_flight_count"] == 0, what="finished")
+    first.send(wire.rdy(300))  # nothing is left to come back
+    time.sleep(1.5)
+    ch = _channels(broker, "sampled_again")["ch"]
+    assert (ch["depth"], ch["in_flight_count"], ch["timeout_count"]) == (0, 0, 300), ch
+    sampled.close()
+    first.close()
+
+
 def _topics(broker) -> set[str]:
     return {t["topic_name"] for t in broker.stats()["topics"]}
 

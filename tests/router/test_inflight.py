@@ -42,6 +42,10 @@ class Model:
 
     def __init__(self) -> None:
         self.held: dict[bytes, tuple] = {}
+        self.stale: set[bytes] = set()  # what the native map keeps of expired flights
+
+    def _unstale(self, msg_id):
+        self.stale.discard(msg_id)
 
     def __len__(self) -> int:
         return len(self.held)
@@ -53,6 +57,7 @@ class Model:
         return self.held.get(msg_id)
 
     def put(self, m, attempts, flight):
+        self._unstale(m.id)
         self.held[m.id] = (m, attempts, flight)
 
     def remove(self, msg_id):
@@ -66,15 +71,15 @@ class Model:
         took = 0
         for _ in range(min(n, len(ready))):
             m, attempts = ready.popleft()
-            self.held[m.id] = (m, attempts + 1, flight)
-            members.append(m)
+            self.put(m, attempts + 1, flight)
+            members.extend([m, attempts + 1])
             out.append((m, attempts + 1))
             took += 1
         return took
 
     def land(self, members, flight, ready):
         landed = 0
-        for m in members:
+        for m in members[::2]:
             e = self.held.get(m.id)
             if e is not None and e[0] is m and e[2] is flight:
                 del self.held[m.id]
@@ -82,14 +87,27 @@ class Model:
                 landed += 1
         return landed
 
+    def expire(self, members, flight, ready):  # asked only of a flight whose members are all in it
+        self.stale.update(m.id for m in members[::2])
+        return self.land(members, flight, ready)
+
+    def forget(self, messages):
+        for m in messages:
+            self._unstale(m.id)
+
     def alive(self, members, flight):
-        return [m for m in members if (e := self.held.get(m.id)) is not None and e[0] is m and e[2] is flight]
+        out = []
+        for m, a in zip(members[::2], members[1::2]):
+            if (e := self.held.get(m.id)) is not None and e[0] is m and e[2] is flight:
+                out += [m, a]
+        return out
 
     def entries(self):
         return list(self.held.values())
 
     def clear(self):
         self.held.clear()
+        self.stale.clear()
 
 
 MSGS = [message(k) for k in range(24)]
@@ -105,23 +123,38 @@ ops = st.one_of(
     st.tuples(st.just("contains"), st.one_of(ids, st.binary(max_size=20))),
     st.tuples(st.just("fly"), st.lists(st.tuples(ids, st.integers(0, 5)), max_size=12), st.integers(0, 14), flights),
     st.tuples(st.just("land"), st.lists(ids, max_size=30), flights),
+    st.tuples(st.just("expire"), flights),
+    st.tuples(st.just("forget"), st.lists(ids, max_size=30)),
     st.tuples(st.just("alive"), st.lists(ids, max_size=30), flights),
     st.just(("clear",)),
 )
 
 
-def apply(target, op):
-    """The visible result of one operation: a value, or the type of the error."""
+def flat(model, ks, flight=None):
+    """The flat members list (message, attempts, ...) of messages ks: their attempts as held
+    in `flight` (the model's), 1 for those not held."""
+    out = []
+    for k in ks:
+        e = model.held.get(MSGS[k].id)
+        out += [MSGS[k], e[1] if e is not None and e[2] is flight else 1]
+    return out
+
+
+def apply(target, op, model, fl):
+    """The visible result of one operation: a value, or the type of the error. `model`
+    says which members a flight has (expire is asked only of a whole flight, as the
+    router does: every member still in it); fl is the flights of the test, one replaced
+    after it expires (a flight that timed out takes no new member)."""
     kind = op[0]
     try:
         if kind == "put":
-            return target.put(MSGS[op[1]], op[2], FLIGHTS[op[3]])
+            return target.put(MSGS[op[1]], op[2], fl[op[3]])
         if kind == "remove":
             return target.remove(MSGS[op[1]].id)
         if kind == "remove_bad":
             return target.remove(op[1])
         if kind == "move":
-            return target.move(MSGS[op[1]].id, FLIGHTS[op[2]])
+            return target.move(MSGS[op[1]].id, fl[op[2]])
         if kind == "get":
             return target.get(MSGS[op[1]].id)
         if kind == "contains":
@@ -130,14 +163,21 @@ def apply(target, op):
         if kind == "fly":
             ready = deque((MSGS[k], a) for k, a in op[1])
             members, out = [], []
-            took = target.fly(ready, op[2], FLIGHTS[op[3]], members, out)
+            took = target.fly(ready, op[2], fl[op[3]], members, out)
             return took, list(ready), members, out
         if kind == "land":
             ready = deque([("already", 0)])
-            landed = target.land([MSGS[k] for k in op[1]], FLIGHTS[op[2]], ready)
+            landed = target.land(flat(model, op[1], fl[op[2]]), fl[op[2]], ready)
             return landed, list(ready)
+        if kind == "expire":
+            f = fl[op[1]]
+            whole = sorted(k for k, m in enumerate(MSGS) if (e := model.held.get(m.id)) and e[2] is f)
+            ready = deque([("already", 0)])
+            return target.expire(flat(model, whole, f), f, ready), list(ready)
+        if kind == "forget":
+            return target.forget([MSGS[k] for k in op[1]])
         if kind == "alive":
-            return target.alive([MSGS[k] for k in op[1]], FLIGHTS[op[2]])
+            return target.alive(flat(model, op[1], fl[op[2]]), fl[op[2]])
         if kind == "clear":
             return target.clear()
     except Exception as exc:  # noqa: BLE001 - the error's type is the result compared
@@ -153,11 +193,19 @@ def state(target) -> tuple:
 @given(st.lists(ops, max_size=60))
 def test_native_and_twin_do_what_the_model_does(sequence):
     model, targets = Model(), [make(name) for name in IMPLS]
+    fl = list(FLIGHTS)
     for op in sequence:
-        want = apply(model, op)
-        for name, target in zip(IMPLS, targets):
-            assert apply(target, op) == want, (name, op)
+        results = [apply(target, op, model, fl) for target in targets]
+        want = apply(model, op, model, fl)
+        if op[0] == "expire":
+            fl[op[1]] = Flight(fl[op[1]].name)
+        for name, target, got in zip(IMPLS, targets, results):
+            assert got == want, (name, op)
             assert state(target) == state(model), (name, op)
+            for m in MSGS:
+                assert target.get(m.id) == model.get(m.id) and (m.id in target) == (m.id in model)
+        assert targets[0].stale == len(model.stale), op  # the native map's, kept exactly
+        assert targets[1].stale == 0
 
 
 BIG = [message(k) for k in range(3000)]
@@ -166,16 +214,27 @@ bulk_ops = st.one_of(
     st.tuples(st.just("remove"), st.integers(0, 2999), st.integers(0, 1500), st.integers(1, 5)),
     st.tuples(st.just("land"), st.integers(0, 2999), st.integers(0, 1500), flights),
     st.tuples(st.just("move"), st.integers(0, 2999), st.integers(0, 300), flights),
+    st.tuples(st.just("expire"), st.just(0), st.just(0), flights),
+    st.tuples(st.just("forget"), st.integers(0, 2999), st.integers(0, 1500)),
 )
 
 
-def apply_bulk(target, op):
+def bulk_members(model, msgs, flight):
+    """Flat members (message, attempts, ...) with the attempts the model holds in flight."""
+    out = []
+    for m in msgs:
+        e = model.held.get(m.id)
+        out += [m, e[1] if e is not None and e[2] is flight else 1]
+    return out
+
+
+def apply_bulk(target, op, model, fl):
     kind, start, n = op[0], op[1], op[2]
     msgs = BIG[start:start + n]
     if kind == "fly":
         ready = deque((m, 0) for m in msgs)
         members, out = [], []
-        return target.fly(ready, n, FLIGHTS[op[3]], members, out), len(ready), members, out
+        return target.fly(ready, n, fl[op[3]], members, out), len(ready), members, out
     if kind == "remove":
         gone = []
         for m in msgs[::op[3]]:
@@ -185,11 +244,18 @@ def apply_bulk(target, op):
         return gone
     if kind == "land":
         ready: deque = deque()
-        return target.land(msgs, FLIGHTS[op[3]], ready), list(ready)
+        return target.land(bulk_members(model, msgs, fl[op[3]]), fl[op[3]], ready), list(ready)
+    if kind == "expire":  # a whole flight, as the router asks it
+        f = fl[op[3]]
+        whole = [m for m in BIG if (e := model.held.get(m.id)) is not None and e[2] is f]
+        ready = deque()
+        return target.expire(bulk_members(model, whole, f), f, ready), list(ready)
+    if kind == "forget":
+        return target.forget(msgs)
     moved = []
     for m in msgs:
         if m.id in target:
-            target.move(m.id, FLIGHTS[op[3]])
+            target.move(m.id, fl[op[3]])
             moved.append(m.id)
     return moved
 
@@ -200,13 +266,18 @@ def test_thousands_through_growing_and_shrinking_tables(sequence):
     """Enough entries that the native table resizes (moving its entries a few at a
     time) in the middle of puts, removals, moves and landings."""
     model, targets = Model(), [make(name) for name in IMPLS]
+    fl = list(FLIGHTS)
     for op in sequence:
-        want = apply_bulk(model, op)
-        for name, target in zip(IMPLS, targets):
-            assert apply_bulk(target, op) == want, (name, op)
+        results = [apply_bulk(target, op, model, fl) for target in targets]
+        want = apply_bulk(model, op, model, fl)
+        if op[0] == "expire":  # a flight that timed out takes no new member
+            fl[op[3]] = Flight(fl[op[3]].name)
+        for name, target, got in zip(IMPLS, targets, results):
+            assert got == want, (name, op)
             assert state(target) == state(model), (name, op)
             for m in BIG[op[1]:op[1] + 50]:  # lookups right where the operation was
                 assert target.get(m.id) == model.get(m.id)
+        assert targets[0].stale == len(model.stale), op
 
 
 @pytest.mark.parametrize("name", IMPLS)
@@ -245,6 +316,13 @@ def test_bad_arguments_raise(name):
         held.put(MSGS[0], 1 << 40, FLIGHTS[0])
     with pytest.raises(KeyError):
         held.remove(MSGS[0].id)
+    for call in (held.land, held.expire):  # members: message, attempts, ...
+        with pytest.raises(TypeError):
+            call([MSGS[0]], FLIGHTS[0], deque())
+    with pytest.raises(TypeError):
+        held.alive([MSGS[0], 1, MSGS[1]], FLIGHTS[0])
+    with pytest.raises(TypeError):
+        held.forget(MSGS[0])
     with pytest.raises(KeyError):
         held.move(MSGS[0].id, FLIGHTS[0])
     with pytest.raises((TypeError, ValueError)):
@@ -266,7 +344,7 @@ def test_fly_stops_at_a_bad_entry_and_leaves_the_rest_in_order(name, bad_at):
     ready, members, out = deque(entries), [], []
     with pytest.raises(TypeError):
         held.fly(ready, 1000, f, members, out)
-    assert members == msgs[:bad_at] and len(held) == bad_at
+    assert members[::2] == msgs[:bad_at] and len(held) == bad_at
     assert out == [(m, k % 3 + 1) for k, m in enumerate(msgs[:bad_at])]
     assert list(ready) == entries[bad_at + 1:]
     del ready, members, out, entries
@@ -277,16 +355,31 @@ def test_fly_stops_at_a_bad_entry_and_leaves_the_rest_in_order(name, bad_at):
 def test_native_keeps_no_stray_references():
     held = make("native")
     m, f = message(7), Flight("f")
-    before = sys.getrefcount(m), sys.getrefcount(f)
+    before = sys.getrefcount(m)
     for _ in range(1000):
         held.put(m, 3, f)
         held.move(m.id, f)
         held.remove(m.id)
         held.fly(deque([(m, 1)]), 1, f, [], [])
-        held.land([m], f, deque())
+        held.land([m, 2], f, deque())
+        g = Flight("g")
+        held.put(m, 1, g)
+        held.expire([m, 1], g, deque())  # stale: the map holds m and g until...
+        held.fly(deque([(m, 1)]), 1, f, [], [])  # ...this takes the slot over
+        held.expire([m, 2], f, deque())
+        held.forget([m])  # ...or this empties it
+        f = Flight("f")
         held.put(m, 1, f)
-        held.clear()
-    assert (sys.getrefcount(m), sys.getrefcount(f)) == before
+        held.expire([m, 1], f, deque())
+        held.clear()  # ...or this
+        f = Flight("f")
+    assert sys.getrefcount(m) == before and held.stale == 0 and len(held) == 0
+    probe = Flight("probe")
+    held.put(m, 1, probe)
+    held.expire([m, 1], probe, deque())
+    refs = sys.getrefcount(probe)
+    held.forget([m])
+    assert sys.getrefcount(probe) == refs - 2  # the slot's reference and the expired set's
 
 
 @pytest.mark.parametrize("name", IMPLS)
@@ -301,8 +394,13 @@ def test_a_cycle_through_the_map_is_collected(name):
     f = Flight("f")
     f.channel = ch
     ch.in_flight.put(message(1), 1, f)
+    g = Flight("g")  # a flight timed out whole: its slot stale, the map holding it twice
+    g.channel = ch
+    m2 = message(2)
+    ch.in_flight.put(m2, 1, g)
+    ch.in_flight.expire([m2, 1], g, deque())
     gone = weakref.ref(ch)
-    del ch, f
+    del ch, f, g, m2
     gc.collect()
     assert gone() is None
 
@@ -394,10 +492,15 @@ def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
     pass through them, so the young collections never walk them."""
     held, f, out, ready = make("native"), Flight("f"), [], deque()
     msgs = [message(k) for k in range(3)]
-    held.fly(deque((m, 0) for m in msgs), 3, f, [], out)
+    members: list = []
+    held.fly(deque((m, 0) for m in msgs), 3, f, members, out)
     assert [a for _, a in out] == [1, 1, 1] and not any(gc.is_tracked(p) for p in out)
-    assert held.land(msgs, f, ready) == 3
+    assert held.land(members, f, ready) == 3
     assert [a for _, a in ready] == [1, 1, 1] and not any(gc.is_tracked(p) for p in ready)
+    g, members = Flight("g"), []
+    held.fly(ready, 3, g, members, [])
+    assert held.expire(members, g, ready) == 3
+    assert [a for _, a in ready] == [2, 2, 2] and not any(gc.is_tracked(p) for p in ready)
     # an object of another type may refer to anything: its pairs stay tracked
 
     class Loose:  # any object with .id, .segment and .offset may be held

@@ -501,6 +501,13 @@ def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
     held.fly(ready, 3, g, members, [])
     assert held.expire(members, g, ready) == 3
     assert [a for _, a in ready] == [2, 2, 2] and not any(gc.is_tracked(p) for p in ready)
+    # a flight's members (Messages and ints) reach nothing the collector sees: a young
+    # collection does not look at each of them for the flight's whole life
+    h, members = Flight("h"), []
+    held.fly(ready, 2, h, members, [])
+    held.fly(ready, 1, h, members, [])
+    assert len(members) == 6 and not gc.is_tracked(members)
+    assert not gc.is_tracked(held.alive(members, h))
     # an object of another type may refer to anything: its pairs stay tracked
 
     class Loose:  # any object with .id, .segment and .offset may be held
@@ -508,5 +515,12 @@ def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
             self.id, self.segment, self.offset = f"{k:016x}".encode(), None, k
     loose = Loose(9)
     out.clear()
-    held.fly(deque([(loose, 0)]), 1, f, [], out)
-    assert gc.is_tracked(out[0])
+    members = []
+    held.fly(deque([(loose, 0)]), 1, f, members, out)
+    assert gc.is_tracked(out[0]) and gc.is_tracked(members)
+    assert gc.is_tracked(held.alive(members, f))
+    members = []
+    held.fly(deque([(message(10), 0)]), 1, f, members, [])
+    assert not gc.is_tracked(members)
+    held.fly(deque([(Loose(11), 0)]), 1, f, members, [])  # then anything else: tracked again
+    assert gc.is_tracked(members)

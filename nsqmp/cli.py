@@ -115,9 +115,9 @@ def cmd_check_config(argv: list[str]) -> int:
 
 def cmd_bench(argv: list[str]) -> int:
     if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "inflight", "timer",
-                                   "suite", "tuning", "backlog", "floor"):
-        print("usage: nsqmp bench {writer,reader,latency,timer,suite,tuning,backlog,floor,ring,heap,parser,"
-              "inflight} "
+                                   "answers", "suite", "tuning", "backlog", "floor"):
+        print("usage: nsqmp bench {writer,reader,latency,timer,answers,suite,tuning,backlog,floor,ring,heap,"
+              "parser,inflight} "
               "[options]", file=sys.stderr)
         return 2
     if argv[0] == "floor":
@@ -144,6 +144,10 @@ def cmd_bench(argv: list[str]) -> int:
         from nsqmp.bench import timer
 
         return timer.main(argv[1:]) or 0
+    if argv[0] == "answers":
+        from nsqmp.bench import answers
+
+        return answers.main(argv[1:]) or 0
     if argv[0] == "suite":
         from nsqmp.bench import suite
 

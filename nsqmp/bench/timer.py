@@ -47,20 +47,11 @@ from pathlib import Path
 import orjson
 
 from nsqmp.bench.percentiles import percentiles
+from nsqmp.bench.proc import cpu_seconds
 from nsqmp.client import wire
 from nsqmp.launcher import Broker
 
-_TICK = os.sysconf("SC_CLK_TCK")
 _MAX_RDY = 2500
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time of a live process; NaN if it is gone (a crash: the run says which)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _peak_rss_mib(pid: int) -> float | None:
@@ -203,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             children = broker.children()
             timer_pid = children["nsqmp timer"]
             router_pids = [pid for name, pid in children.items() if name.startswith("nsqmp router")]
-            cpu0 = _cpu_seconds(timer_pid)
-            router_cpu0 = sum(_cpu_seconds(pid) for pid in router_pids)
+            cpu0 = cpu_seconds(timer_pid)
+            router_cpu0 = sum(cpu_seconds(pid) for pid in router_pids)
             if args.py_spy:
                 import shutil
                 import subprocess
@@ -260,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, recv in pipes[:n_inflight]:
                 if recv.poll(30):
                     results.setdefault(name, []).append(recv.recv())
-            cpu = _cpu_seconds(timer_pid) - cpu0
-            router_cpu = sum(_cpu_seconds(pid) for pid in router_pids) - router_cpu0
+            cpu = cpu_seconds(timer_pid) - cpu0
+            router_cpu = sum(cpu_seconds(pid) for pid in router_pids) - router_cpu0
             elapsed = time.time() - t0
             stats = broker.stats(include_timer="true")
             peak_rss = {name: _peak_rss_mib(pid) for name, pid in children.items()

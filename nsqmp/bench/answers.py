@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nsqmp.bench.proc import cpu_seconds
+from nsqmp.bench.proc import cpu_seconds, readable_frames, send_all
 from nsqmp.bench.report import emit
 from nsqmp.client import wire
 from nsqmp.launcher import Broker
@@ -68,26 +68,16 @@ def _consume(addr: str, kind: str, conns: int, nice: int, ready, go, stop) -> No
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)
     while not stop.is_set():
-        for key, _ in sel.select(0.1):
-            s = key.fileobj
-            try:
-                data = s.recv(1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                sel.unregister(s)
-                continue
+        for s, frames, _ in readable_frames(sel, readers, 0.1):
             replies = []
-            for ftype, payload in readers[s].feed(data):
+            for ftype, payload in frames:
                 if ftype == wire.FRAME_MESSAGE:
                     attempts = int.from_bytes(payload[8:10], "big")
                     replies.append(_answer(kind, attempts, bytes(payload[10:26])))
                 elif ftype == wire.FRAME_RESPONSE and payload == b"_heartbeat_":
                     replies.append(wire.NOP)
             if replies:
-                s.setblocking(True)
-                s.sendall(b"".join(replies))
-                s.setblocking(False)
+                send_all(s, b"".join(replies))
     for s in readers:
         s.close()
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import orjson
 
 from nsqmp.bench.percentiles import percentiles
-from nsqmp.bench.proc import cpu_seconds
+from nsqmp.bench.proc import cpu_seconds, readable_frames, send_all
 from nsqmp.client import wire
 from nsqmp.launcher import Broker
 
@@ -87,22 +87,13 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
         readers[s] = wire.FrameReader()
         sel.register(s, selectors.EVENT_READ)
     late: list[float] = []
-    last_seen: dict[bytes, int] = {}
+    last_seen: dict[bytes, tuple[int, int]] = {}  # id -> (arrival ns, attempts)
     got = 0
     timeout_ns = msg_timeout * 1_000_000
     while time.time() < until and not stop.is_set() and not (fin and expect and got >= expect):
-        for key, _ in sel.select(0.2):
-            s = key.fileobj
-            try:
-                data = s.recv(1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                sel.unregister(s)
-                continue
-            now = time.time_ns()
+        for s, frames, now in readable_frames(sel, readers, 0.2):
             replies = []
-            for ftype, payload in readers[s].feed(data):
+            for ftype, payload in frames:
                 if ftype == wire.FRAME_RESPONSE and payload == b"_heartbeat_":
                     replies.append(wire.NOP)
                 if ftype != wire.FRAME_MESSAGE:
@@ -121,9 +112,7 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
                         late.append((now - prev[0] - timeout_ns) / 1e6)
                     last_seen[msg_id] = (now, attempts)
             if replies:
-                s.setblocking(True)
-                s.sendall(b"".join(replies))
-                s.setblocking(False)
+                send_all(s, b"".join(replies))
     out.send((late, got, len(last_seen)))
     for s in readers:
         s.close()
@@ -242,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                         s.sendall(wire.mpub(args.inflight_topic, [body] * min(200, args.inflight - start)))
                         while not reader.feed(s.recv(64)):
                             pass
-            results = {}
+            results: dict[str, list] = {}
             for name, recv in pipes[n_inflight:]:  # the deferred consumer and the publishers
                 if recv.poll(max(0.0, until - time.time())):
                     results.setdefault(name, []).append(recv.recv())

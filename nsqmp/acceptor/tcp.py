@@ -60,6 +60,8 @@ def fin_run_worth_a_break(commands: list, i: int) -> int:
         if commands[j][0][0] != b"FIN":
             return j
     return 0
+
+
 Params = tuple[bytes, ...]  # a command line split on single spaces; [0] is the token
 
 

@@ -123,6 +123,15 @@ id_bytes(PyObject *id)
     return (const uint8_t *)PyBytes_AS_STRING(id);
 }
 
+/* Backward-shift deletion (vacate, expired_remove): after a hole at `hole`, the
+ * item at j whose home slot is `home` stays where it is if its home lies
+ * cyclically in (hole, j]; otherwise it moves into the hole. */
+static int
+stays_behind_hole(size_t hole, size_t j, size_t home)
+{
+    return hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+}
+
 static int
 occupied(const slot_t *s)
 {
@@ -205,9 +214,7 @@ expired_remove(MapObject *self, expired_t *x)
         expired_t *u = &e->items[j];
         if (u->flight == NULL)
             break;
-        size_t home = address_hash(u->flight) & mask;
-        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (stays)
+        if (stays_behind_hole(hole, j, address_hash(u->flight) & mask))
             continue;
         e->items[hole] = *u;
         hole = j;
@@ -240,27 +247,6 @@ unstale(MapObject *self, const slot_t *s)
         return NULL;
     self->stale--;
     return --x->stale == 0 ? expired_remove(self, x) : NULL;
-}
-
-/* Drops every item: the references to release are appended to `out` (an array
- * of e->used entries the caller frees after releasing them). */
-static PyObject **
-expired_take_all(MapObject *self, size_t *count)
-{
-    expired_set_t *e = &self->expired;
-    *count = 0;
-    if (e->used == 0)
-        return NULL;
-    PyObject **refs = PyMem_Malloc(e->used * sizeof(PyObject *));
-    /* without memory the references leak: never released while still in the set */
-    for (size_t i = 0; i < e->cap; i++)
-        if (e->items[i].flight != NULL && refs != NULL)
-            refs[(*count)++] = e->items[i].flight;
-    PyMem_Free(e->items);
-    e->items = NULL;
-    e->cap = e->used = 0;
-    self->stale = 0;
-    return refs;
 }
 
 static slot_t *
@@ -379,10 +365,7 @@ vacate(MapObject *self, slot_t *s)
         slot_t *u = &t->slots[j];
         if (u->message == NULL)
             break;
-        size_t home = u->hash & mask;
-        /* u stays if its home lies cyclically in (hole, j] */
-        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (stays)
+        if (stays_behind_hole(hole, j, u->hash & mask))
             continue;
         t->slots[hole] = *u;
         hole = j;
@@ -522,11 +505,12 @@ static int
 Map_clear(MapObject *self)
 {
     /* detach the tables and the set first: a decref may run code that looks at this map */
-    size_t n_expired;
-    PyObject **expired = expired_take_all(self, &n_expired);
-    for (size_t i = 0; i < n_expired; i++)
-        Py_DECREF(expired[i]);
-    PyMem_Free(expired);
+    expired_set_t expired = self->expired;
+    self->expired = (expired_set_t){NULL, 0, 0};
+    self->stale = 0;
+    for (size_t i = 0; i < expired.cap; i++)
+        Py_XDECREF(expired.items[i].flight);
+    PyMem_Free(expired.items);
     table_t cur = self->cur, old = self->old;
     self->old.slots = NULL;
     self->old.cap = self->old.live = 0;
@@ -665,12 +649,6 @@ Map_move(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* A flight's members are one flat list, message then attempts for each:
- * [m0, a0, m1, a1, ...].  Pairs made for it would live as long as the flight,
- * a million of them at a million in flight; measured, keeping them cost every
- * delivery 15-20 ns in fly() and as much again in pack_frames (more memory for
- * the caches), against 8 more bytes per member here (the small ints are
- * shared). */
 /* A list holding only Messages and ints reaches nothing the cycle collector
  * sees (a Message is not a container to it), so it need not be tracked; a
  * tracked one costs every young collection a look at each item, which at a
@@ -686,6 +664,12 @@ settle_tracking(PyObject *list, int clean)
         PyObject_GC_Track(list);
 }
 
+/* A flight's members are one flat list, message then attempts for each:
+ * [m0, a0, m1, a1, ...].  Pairs made for it would live as long as the flight,
+ * a million of them at a million in flight; measured, keeping them cost every
+ * delivery 15-20 ns in fly() and as much again in pack_frames (more memory for
+ * the caches), against 8 more bytes per member here (the small ints are
+ * shared). */
 static int
 check_members(PyObject *members)
 {
@@ -861,10 +845,10 @@ fail:
     return NULL;
 }
 
-/* The slot of message if it is in flight in `flight`, which is not expired;
- * NULL otherwise (and on error, with an exception set: check PyErr_Occurred). */
+/* The slot holding this very message (stale or not); NULL otherwise (and on
+ * error, with an exception set: check PyErr_Occurred). */
 static slot_t *
-member_slot(MapObject *self, PyObject *message, PyObject *flight)
+message_slot(MapObject *self, PyObject *message)
 {
     slot_t *s;
     if (NSQMP_MESSAGE_CHECK(message)) {
@@ -878,8 +862,17 @@ member_slot(MapObject *self, PyObject *message, PyObject *flight)
         s = id == NULL ? NULL : find(self, id, id_hash(id));
         Py_DECREF(key);
     }
+    return s != NULL && s->message == message ? s : NULL;
+}
+
+/* The slot of message if it is in flight in `flight`, which is not expired;
+ * NULL otherwise (and on error, with an exception set: check PyErr_Occurred). */
+static slot_t *
+member_slot(MapObject *self, PyObject *message, PyObject *flight)
+{
+    slot_t *s = message_slot(self, message);
     /* a stale slot names an expired flight, never this one */
-    return s != NULL && s->message == message && s->flight == flight ? s : NULL;
+    return s != NULL && s->flight == flight ? s : NULL;
 }
 
 PyDoc_STRVAR(land_doc,
@@ -1015,19 +1008,12 @@ Map_forget(MapObject *self, PyObject *messages)
     for (Py_ssize_t i = 0; self->stale != 0 && i < PyList_GET_SIZE(messages); i++) {
         PyObject *message = PyList_GET_ITEM(messages, i);
         Py_INCREF(message);
-        const uint8_t *id = NULL;
-        PyObject *key = NULL;
-        if (NSQMP_MESSAGE_CHECK(message)) {
-            id = ((nsqmp_Message *)message)->id;
-        } else if ((key = PyObject_GetAttr(message, str_id)) == NULL) {
+        slot_t *s = message_slot(self, message);
+        if (s == NULL && PyErr_Occurred()) {
             Py_DECREF(message);
             return NULL;
-        } else {
-            id = id_bytes(key);
         }
-        slot_t *s = id == NULL ? NULL : find(self, id, id_hash(id));
-        Py_XDECREF(key);
-        if (s != NULL && s->message == message && is_stale(self, s)) {
+        if (s != NULL && is_stale(self, s)) {
             PyObject *release = unstale(self, s);
             PyObject *held_message = s->message, *held_flight = s->flight;
             vacate(self, s);

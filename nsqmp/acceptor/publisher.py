@@ -11,7 +11,6 @@ caller answers OK as soon as append() returns: the messages are in a file's page
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -33,11 +32,6 @@ _LENGTH = 0x7FFFFFFF
 class TopicFull(Exception):
     """The topic reached max-topic-bytes and its policy is to refuse (E_PUB_FAILED / 503)."""
 
-
-
-def router_for(topic: bytes, routers: int) -> int:
-    """Stable placement of a topic: the same router in every process and every run."""
-    return zlib.crc32(topic) % routers
 
 
 class Publisher:
@@ -122,7 +116,7 @@ class Publisher:
         self.endpoint.send(self._router_slot(topic), rec)
 
     def _router_slot(self, topic: bytes) -> int:
-        return self.plan.router_slot(router_for(topic, self.plan.routers))
+        return self.plan.topic_slot(topic)
 
     def _hand_off_pieces(self, topic: bytes, seq: int, offset: int, blob: memoryview) -> None:
         """A batch bigger than one ring record travels as several descriptors (rare: a big MPUB)."""

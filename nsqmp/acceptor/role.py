@@ -14,15 +14,14 @@ import orjson
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.http import HttpConnection
 from nsqmp.acceptor.producers import ProducerBoard
-from nsqmp.acceptor.publisher import Publisher, router_for
+from nsqmp.acceptor.publisher import Publisher
 from nsqmp.acceptor.registrar import Registrar
 from nsqmp.acceptor.tcp import V2Connection
-from nsqmp import memstats
+from nsqmp import lateness, memstats
 from nsqmp.busypoll import BusyPoll, CpuPressure
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
-from nsqmp.router import lateness
 from nsqmp.roles import Role
 
 # a publisher stops being read while this many records wait for a full ring
@@ -148,7 +147,7 @@ class Acceptor(Role):
         return records.conn_id(self.index, self.generation, next(self._conn_numbers))
 
     def router_slot(self, topic: bytes) -> int:
-        return self.plan.router_slot(router_for(topic, self.plan.routers))
+        return self.plan.topic_slot(topic)
 
     def health_error(self, exc: OSError) -> None:
         """A disk write failed: /ping and /stats say NOK on every acceptor until a write works."""
@@ -191,7 +190,7 @@ class Acceptor(Role):
         return topics
 
     async def gather_fire_lateness(self) -> dict:
-        """How late every router took its FIREs, per kind (see nsqmp.router.lateness)."""
+        """How late every router took its FIREs, per kind (see nsqmp.lateness)."""
         replies = await self.ask_routers({"op": "fire_lateness"})
         return {kind: lateness.summary([r[kind] for r in replies if kind in r])
                 for kind in ("timeouts", "deferred")}

@@ -18,7 +18,7 @@ Starts its own broker (temporary data dir, port 0), then, at the same time:
 
 Both are measured at the client, end to end (timer, router, acceptor, socket, client).
 fire_lateness_ms is the routers' own count (/stats?include_timer=true, see
-nsqmp.router.lateness): how long after each deadline the message was back in its queue,
+nsqmp.lateness): how long after each deadline the message was back in its queue,
 without the delivery and the client's share. "restarted" names any broker process the
 supervisor had to restart during the run (a crash).
 

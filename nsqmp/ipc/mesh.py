@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,6 +44,15 @@ class Plan:
 
     def router_slot(self, j: int) -> int:
         return self.acceptors + j
+
+    def router_of(self, topic: bytes) -> int:
+        """The router that owns a topic: the one placement the acceptors' publishes and
+        the routers' recovery both follow, the same in every process and every run."""
+        return zlib.crc32(topic) % self.routers
+
+    def topic_slot(self, topic: bytes) -> int:
+        """The ring slot of the router that owns a topic."""
+        return self.router_slot(self.router_of(topic))
 
     @property
     def timer_slot(self) -> int:

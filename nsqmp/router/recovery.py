@@ -1,6 +1,6 @@
 """Rebuilding a router's topics from the files, when it starts (first boot, restart, crash).
 
-For every topic directory this router owns (crc32(name) % R == index):
+For every topic directory this router owns (Plan.router_of(name) == index):
   1. meta.json gives the channels (ids, start points, paused flags);
   2. acks.log gives, per channel id, the positions already finished;
   3. every segment is scanned in (acceptor, seq) order; each record is outstanding for
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from dataclasses import dataclass
 
 from nsqmp.diskqueue import acklog
@@ -48,15 +47,11 @@ def _message(payload: bytes, seg, offset: int) -> Message:
     return read_messages(RECORD_HEAD.pack(len(payload), 0) + payload, offset, 1, seg)[0][0][0]
 
 
-def owned(name: bytes, routers: int, index: int) -> bool:
-    return zlib.crc32(name) % routers == index
-
-
 def recover_owned(router) -> Summary:
     summary = Summary()
     for name in list_topics(router.opts.data_path):
         raw = name.encode()
-        if is_ephemeral(raw) or not owned(raw, router.plan.routers, router.index):
+        if is_ephemeral(raw) or router.plan.router_of(raw) != router.index:
             continue
         recover_topic(router, raw, summary)
     return summary
@@ -67,7 +62,7 @@ def rescan_acceptor(router, acceptor: int) -> int:
     found = 0
     for name in list_topics(router.opts.data_path):
         raw = name.encode()
-        if is_ephemeral(raw) or not owned(raw, router.plan.routers, router.index):
+        if is_ephemeral(raw) or router.plan.router_of(raw) != router.index:
             continue
         topic = router._topic(raw)
         last = topic.hwm.get(acceptor, (-1, -1))

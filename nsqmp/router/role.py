@@ -21,7 +21,7 @@ from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.channel import DEFER_SLOT_NS, Channel, Consumer, Deferred, Flight, Message
 from nsqmp.router.controls import OrderedControls
 from nsqmp.router.filequeue import read_span
-from nsqmp.router.lateness import FireLateness
+from nsqmp.lateness import FireLateness
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.readback import pack_frames, read_messages
 from nsqmp.router.topic import Topic
@@ -74,7 +74,7 @@ class Router(Role):
         self._arms = array("Q")  # token, deadline, token, deadline... for the next ARM
         self._acks_pending: set[Topic] = set()
         self._disarms: list[int] = []
-        # how late FIREs are taken, per kind (router/lateness.py; /stats?include_timer=true)
+        # how late FIREs are taken, per kind (nsqmp/lateness.py; /stats?include_timer=true)
         self.fire_lateness = {"timeouts": FireLateness(), "deferred": FireLateness()}
         self.max_chunk = plan.ring_capacity // 4 - 64
         self.lookup = LookupLink(self)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from nsqmp import sched
-from nsqmp.acceptor.publisher import router_for
 from nsqmp.client import Connection
 from nsqmp.client import wire
+from nsqmp.ipc.mesh import Plan
 from tests.harness import wait_for
 
 ACCEPTORS = 2
@@ -222,7 +222,7 @@ def test_killed_acceptor_is_replaced_and_the_other_acceptor_keeps_serving(broker
 
 def test_killed_router_is_replaced_and_consumers_keep_receiving(broker):
     topic = "routed"
-    owner = router_for(topic.encode(), ROUTERS)
+    owner = Plan(run_pid=0, acceptors=1, routers=ROUTERS, ring_capacity=0).router_of(topic.encode())
     consumer = _consumer(broker, topic, "ch")
     consumer.send(wire.rdy(10))
     with Connection.connect(broker.tcp_address) as producer:

@@ -1,7 +1,7 @@
-"""The routers' fire-lateness histogram (nsqmp.router.lateness): buckets, merge, summary."""
+"""The routers' fire-lateness histogram (nsqmp.lateness): buckets, merge, summary."""
 from __future__ import annotations
 
-from nsqmp.router.lateness import FireLateness, summary
+from nsqmp.lateness import FireLateness, summary
 
 
 def test_percentiles_are_bucket_bounds_never_below_the_value():

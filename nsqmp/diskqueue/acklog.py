@@ -12,7 +12,8 @@ for that channel's id. The log only needs entries for segments that still exist:
 compact_soon() rewrites it without the rest on the syncing thread (temporary file,
 fsync), and finish_compaction() renames that over the log once the entries appended
 meanwhile are added to it. Entries written through the mapping survive a crash of the
-process; sync() (msync) makes them survive a power loss.
+process; sync() (an fdatasync on the syncing thread, which on Linux also writes back the
+pages dirtied through the mapping) makes them survive a power loss.
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ field is an honest Python/Linux counterpart, summed (or merged) over the broker:
 |                       | summed over the Python processes that answer (the acceptor serving    |
 |                       | /stats and every router)                                             |
 | heap_in_use_bytes     | RssAnon from /proc/<pid>/status (anonymous resident memory: Python   |
-|                       | heap, malloc, native heaps; not the mapped segment files nor the     |
-|                       | shared-memory rings), summed over every broker process: supervisor,  |
-|                       | acceptors, routers, timer                                             |
+|                       | heap, malloc, native heaps; not file pages, such as the ack logs the |
+|                       | routers map, nor the shared-memory rings), summed over every broker  |
+|                       | process: supervisor, acceptors, routers, timer                       |
 | heap_idle_bytes       | free bytes glibc malloc holds (mallinfo2 fordblks: freed, not yet    |
 |                       | given back), summed over the answering processes                      |
 | heap_released_bytes   | 0: neither CPython nor glibc counts memory given back to the kernel  |

@@ -125,21 +125,21 @@ def cmd_bench(argv: list[str]) -> int:
 
         return floor.main(argv[1:]) or 0
     if argv[0] == "ring":
-        from nsqmp.ipc import ringbench
+        from nsqmp.bench import ring
 
-        return ringbench.main(argv[1:]) or 0
+        return ring.main(argv[1:]) or 0
     if argv[0] == "heap":
-        from nsqmp.timer import heapbench
+        from nsqmp.bench import heap
 
-        return heapbench.main(argv[1:]) or 0
+        return heap.main(argv[1:]) or 0
     if argv[0] == "parser":
-        from nsqmp.protocol import parserbench
+        from nsqmp.bench import parser
 
-        return parserbench.main(argv[1:]) or 0
+        return parser.main(argv[1:]) or 0
     if argv[0] == "inflight":
-        from nsqmp.router import inflightbench
+        from nsqmp.bench import inflight
 
-        return inflightbench.main(argv[1:]) or 0
+        return inflight.main(argv[1:]) or 0
     if argv[0] == "timer":
         from nsqmp.bench import timer
 

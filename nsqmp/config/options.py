@@ -1028,7 +1028,11 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "restart-backoff", DURATION, "1s",
-        "Delay before the supervisor restarts a child process that exited unexpectedly.",
+        "A crashed child process is restarted at once; one that dies again within a second "
+        "of its start (a crash loop) is restarted after this delay, doubled for each more "
+        "such death in a row (up to 30s, or this value if larger); the fifth in a row halts "
+        "the broker. A child that ran a second or longer starts the count again. 0: always "
+        "at once.",
         section="processes", nsqd=False, check=between(0, 300, unit="duration"),
     ),
 )

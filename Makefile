@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
-NATIVE  = $(wildcard native/*.c native/*.h)
+NATIVE  = $(wildcard native/*.c native/*.h native/bench/*.c)
 # nsqjs for the client-compatibility tests (tests/compat/js): pinned by package-lock.json
 JS_DIR   = tests/compat/js
 JS_STAMP = $(JS_DIR)/node_modules/.installed
@@ -42,4 +42,4 @@ example-config: $(STAMP)
 	$(BIN)/python -m nsqmp.config.example > deploy/nsqmp.toml.example
 
 clean:
-	rm -rf build *.egg-info nsqmp/_native*.so
+	rm -rf build *.egg-info nsqmp/_native*.so nsqmp/bench/_client*.so

@@ -1,4 +1,5 @@
-"""Build the C core (native/) as the extension module nsqmp._native."""
+"""Build the C core (native/) as the extension module nsqmp._native, and the bench client
+(native/bench/) as nsqmp.bench._client, apart from the broker."""
 from setuptools import Extension, setup
 
 setup(
@@ -7,11 +8,16 @@ setup(
             "nsqmp._native",
             sources=["native/module.c", "native/ring.c", "native/heap.c", "native/parser.c",
                      "native/publish.c", "native/readback.c", "native/acklog.c",
-                     "native/benchclient.c", "native/inflight.c", "native/timerfd.c"],
+                     "native/inflight.c", "native/timerfd.c"],
             depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
                      "native/readback.h", "native/message.h"],
             include_dirs=["native"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
-        )
+        ),
+        Extension(
+            "nsqmp.bench._client",
+            sources=["native/bench/client.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
+        ),
     ]
 )

@@ -14,7 +14,6 @@ int nsqmp_heap_add(PyObject *module);   /* heap.c */
 int nsqmp_parser_add(PyObject *module); /* parser.c */
 int nsqmp_publish_add(PyObject *module); /* publish.c */
 int nsqmp_acklog_add(PyObject *module);  /* acklog.c */
-int nsqmp_benchclient_add(PyObject *module); /* benchclient.c */
 int nsqmp_readback_add(PyObject *module); /* readback.c */
 int nsqmp_inflight_add(PyObject *module); /* inflight.c */
 int nsqmp_timerfd_add(PyObject *module);  /* timerfd.c */
@@ -25,7 +24,6 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_parser_add,
     nsqmp_publish_add,
     nsqmp_acklog_add,
-    nsqmp_benchclient_add,
     nsqmp_readback_add,
     nsqmp_inflight_add,
     nsqmp_timerfd_add,

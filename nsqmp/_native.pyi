@@ -116,12 +116,6 @@ def pack_frames(
 def keep_entries(data: Buffer, live: Buffer, /) -> bytes:
     """The 16-byte ack log entries of data whose acceptor << 32 | seq is in live (sorted u64s)."""
 
-# benchclient.c
-def fin_replies(buf: Buffer, /) -> tuple[bytes, int, int, bytes | None]:
-    """(replies, messages, consumed, error): FIN per message frame, NOP per heartbeat."""
-def publish_loop(fd: int, command: bytes, until: float, /) -> tuple[int, tuple[int, bytes] | None]:
-    """Send command, wait for its response, until the wall clock passes until: (OKs, error)."""
-
 # inflight.c
 class InFlightMap:
     """A channel's messages in flight by id: (message, attempts, flight); twin nsqmp/router/pyinflight.py."""

@@ -6,7 +6,7 @@ import logging
 import platform
 import sys
 
-from nsqmp.config import ConfigError, build_parser, from_namespace, render_resolved
+from nsqmp.config import ConfigError, build_parser, from_namespace, ignored_given, render_resolved
 from nsqmp.golog import LEVELS as _LEVELS, GoLogFormatter
 
 
@@ -37,15 +37,23 @@ def _pow2(n: int) -> int:
     return p
 
 
+def _log_ignored(ns: argparse.Namespace, opts) -> None:
+    """One warning per nsqd option given that nsqmp accepts and ignores (statsd's)."""
+    for given, why in ignored_given(ns, opts):
+        logging.getLogger("nsqmp").warning("%s: accepted for nsqd compatibility and ignored (%s)", given, why)
+
+
 def cmd_serve(argv: list[str]) -> int:
     parser = build_parser("nsqmp serve", "Run the broker (nsqd-compatible) on this machine.")
     try:
-        opts = from_namespace(parser.parse_args(argv))
+        ns = parser.parse_args(argv)
+        opts = from_namespace(ns)
         check_limits(opts)
     except ConfigError as exc:
         print(f"nsqmp: {exc}", file=sys.stderr)
         return 2
     _setup_logging(opts.log_level, prefix=opts.log_prefix)
+    _log_ignored(ns, opts)
     from nsqmp.supervisor.arbiter import Supervisor
 
     return Supervisor(opts).run()
@@ -76,9 +84,10 @@ def cmd_nsqd(argv: list[str]) -> int:
     if any(a in ("-version", "--version") for a in argv):
         print(nsqd_version())
         return 0
-    parser = build_parser("nsqd", "nsqmp, started with nsqd's command line.")
+    parser = build_parser("nsqd", "nsqmp, started with nsqd's command line.", nsqd=True)
     try:
-        opts = from_namespace(parser.parse_args(_NSQD_DEFAULTS + argv))
+        ns = parser.parse_args(_NSQD_DEFAULTS + argv)
+        opts = from_namespace(ns)
         check_limits(opts)
     except ConfigError as exc:
         text = str(exc)
@@ -88,6 +97,7 @@ def cmd_nsqd(argv: list[str]) -> int:
         return 2
     _setup_logging(opts.log_level, nsqd_style=True, prefix=opts.log_prefix)
     logging.getLogger("nsqmp").info("%s", nsqd_version())
+    _log_ignored(ns, opts)
     from nsqmp.supervisor.arbiter import Supervisor
 
     return Supervisor(opts).run()
@@ -125,21 +135,21 @@ def cmd_bench(argv: list[str]) -> int:
 
         return floor.main(argv[1:]) or 0
     if argv[0] == "ring":
-        from nsqmp.ipc import ringbench
+        from nsqmp.bench import ring
 
-        return ringbench.main(argv[1:]) or 0
+        return ring.main(argv[1:]) or 0
     if argv[0] == "heap":
-        from nsqmp.timer import heapbench
+        from nsqmp.bench import heap
 
-        return heapbench.main(argv[1:]) or 0
+        return heap.main(argv[1:]) or 0
     if argv[0] == "parser":
-        from nsqmp.protocol import parserbench
+        from nsqmp.bench import parser
 
-        return parserbench.main(argv[1:]) or 0
+        return parser.main(argv[1:]) or 0
     if argv[0] == "inflight":
-        from nsqmp.router import inflightbench
+        from nsqmp.bench import inflight
 
-        return inflightbench.main(argv[1:]) or 0
+        return inflight.main(argv[1:]) or 0
     if argv[0] == "timer":
         from nsqmp.bench import timer
 

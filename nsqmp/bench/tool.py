@@ -20,10 +20,13 @@ import orjson
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
 
-publish_loop: Any = None  # native/benchclient.c, unless NSQMP_PURE_PYTHON=1 or not built
+# the bench client's loops in C (nsqmp.bench._client, native/bench/client.c), unless
+# NSQMP_PURE_PYTHON=1 or the extension is not built: then their twins
+publish_loop: Any = None
+fin_replies: Any = wire.py_fin_replies
 if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
     try:
-        from nsqmp._native import publish_loop
+        from nsqmp.bench._client import fin_replies, publish_loop
     except ImportError:
         pass
 
@@ -48,7 +51,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
 def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None]:
     """Send command and wait for its response until the wall clock passes until: (OKs,
     None), or (OKs, (frame type, data)) of a response that was not OK. Pure-Python twin
-    of native/benchclient.c's publish_loop (which takes the socket's fd)."""
+    of native/bench/client.c's publish_loop (which takes the socket's fd)."""
     reader = wire.FrameReader()
     oks = 0
     while time.time() < until:
@@ -111,8 +114,8 @@ def _reader(args, start_at: float, out) -> None:
         if not data:
             break
         buf += data
-        # the frames in C (native/consumer.c): a FIN per message, NOP per heartbeat
-        replies, messages, consumed, error = wire.fin_replies(buf)
+        # the frames in C (native/bench/client.c): a FIN per message, NOP per heartbeat
+        replies, messages, consumed, error = fin_replies(buf)
         del buf[:consumed]
         if error is not None:
             raise SystemExit(f"error frame: {error!r}")

@@ -1,10 +1,8 @@
 """Client side of the NSQ TCP protocol V2: command encoding and frame decoding."""
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -112,7 +110,8 @@ class FrameReader:
 def py_fin_replies(buf: bytes | bytearray | memoryview) -> tuple[bytes, int, int, bytes | None]:
     """(replies, messages, consumed, error): a FIN line for every message frame and NOP for
     every heartbeat among the whole frames at the start of buf, stopping after an error
-    frame (its data). The bench reader's scanner; native/consumer.c is its C twin."""
+    frame (its data). The bench reader's scanner; its C twin is nsqmp.bench._client's
+    (native/bench/client.c), which nsqmp.bench.tool picks when it is built."""
     replies = []
     pos, n, messages = 0, len(buf), 0
     while n - pos >= 8:
@@ -134,11 +133,3 @@ def py_fin_replies(buf: bytes | bytearray | memoryview) -> tuple[bytes, int, int
         else:
             return b"".join(replies), messages, pos, data
     return b"".join(replies), messages, pos, None
-
-
-fin_replies: Any = py_fin_replies
-if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
-    try:
-        from nsqmp._native import fin_replies
-    except ImportError:  # extension not built
-        pass

@@ -27,17 +27,31 @@ import sys
 import tomllib
 from typing import Any, Iterator, Mapping, NoReturn, Sequence
 
-from .options import OPTIONS, OPTIONS_BY_ATTR, OPTIONS_BY_KEY, OPTIONS_BY_NAME, SECTIONS, Option, OptType, toml_string
+from .options import (
+    IGNORED_NSQD,
+    OPTIONS,
+    OPTIONS_BY_ATTR,
+    OPTIONS_BY_KEY,
+    OPTIONS_BY_NAME,
+    SECTIONS,
+    Option,
+    OptType,
+    toml_string,
+)
 
 __all__ = [
     "Config",
     "ConfigError",
     "build_parser",
     "from_namespace",
+    "ignored_given",
     "load",
     "read_file",
     "render_resolved",
 ]
+
+#: TOML key -> flag name of the nsqd options accepted and ignored (options.IGNORED_NSQD)
+_IGNORED_KEYS = {name.replace("-", "_"): name for name in IGNORED_NSQD}
 
 #: Where a value came from, as reported by :meth:`Config.source`.
 SOURCE_DEFAULT = "default"
@@ -225,6 +239,8 @@ def read_file(path: str) -> dict[str, Any]:
     seen: dict[str, str] = {}
     for key, raw in data.items():
         opt = OPTIONS_BY_KEY.get(key)
+        if opt is None and key in _IGNORED_KEYS:
+            continue  # an nsqd file's key nsqmp accepts and ignores (ignored_given names it)
         if opt is None:
             raise ConfigError(f"unknown option {key!r} in {path}{_suggest_key(key)}")
         if opt.attr in seen:
@@ -375,8 +391,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(*names, **kwargs)
 
 
-def build_parser(prog: str | None = None, description: str | None = None, *, add_help: bool = True) -> argparse.ArgumentParser:
-    """An argparse parser with every option's flag plus ``--config FILE``.
+def add_ignored_nsqd_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add nsqd's flags that nsqmp accepts and ignores (options.IGNORED_NSQD): for the
+    nsqd command line only, so a harness written for nsqd starts nsqmp unchanged."""
+    group = parser.add_argument_group("nsqd flags accepted and ignored")
+    for name, (takes_value, why) in IGNORED_NSQD.items():
+        kwargs: dict[str, Any] = {"dest": "ignored_" + name.replace("-", "_"), "default": argparse.SUPPRESS,
+                                  "help": f"accepted for nsqd compatibility and ignored: {why}"}
+        if not takes_value:  # a Go bool flag: alone, or =true/=false
+            kwargs.update(nargs="?", const="true", metavar="true|false")
+        group.add_argument("--" + name, "-" + name, **kwargs)
+
+
+def ignored_given(ns: argparse.Namespace, config: Config) -> list[tuple[str, str]]:
+    """The ignored nsqd options (options.IGNORED_NSQD) given on the command line in ``ns``
+    or as keys of the config file ``config`` was read from: (what the user wrote, e.g.
+    ``-statsd-address`` or ``statsd_prefix in FILE``; why it is ignored), for the log."""
+    given = [(f"-{name}", why) for name, (_, why) in IGNORED_NSQD.items()
+             if hasattr(ns, "ignored_" + name.replace("-", "_"))]
+    if config.config:
+        try:
+            with open(config.config, "rb") as f:
+                keys = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            keys = {}  # read once already; a file changed since only loses this line
+        given += [(f"{key} in {config.config}", IGNORED_NSQD[_IGNORED_KEYS[key]][1])
+                  for key in keys if key in _IGNORED_KEYS]
+    return given
+
+
+def build_parser(prog: str | None = None, description: str | None = None, *, add_help: bool = True,
+                 nsqd: bool = False) -> argparse.ArgumentParser:
+    """An argparse parser with every option's flag plus ``--config FILE``; with ``nsqd``,
+    nsqd's flags that nsqmp accepts and ignores too (the ``nsqmp-nsqd`` command line).
 
     Its errors raise :class:`ConfigError` rather than exiting.  Parse with it, add
     arguments of your own if you like, then call :func:`from_namespace`.
@@ -394,6 +441,8 @@ def build_parser(prog: str | None = None, description: str | None = None, *, add
         ),
     )
     add_arguments(parser)
+    if nsqd:
+        add_ignored_nsqd_arguments(parser)
     return parser
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +26,44 @@ log = logging.getLogger("nsqmp.ipc")
 
 # Records one drain takes from each ring at most, before the loop gets a turn
 DRAIN_MAX = 4096
+# The exit status of a process whose record handler raised (EX_SOFTWARE): the supervisor
+# restarts it, and the restarted role recovers from its files and its peers' re-sent state
+HANDLER_FAILED_EXIT = 70
+
+
+class RecordError(Exception):
+    """A record handler raised: the records popped with it and not handled yet are lost
+    to this process, whose state may now differ from its peers'. Its cause is the
+    handler's exception."""
+
+    def __init__(self, src: int, kind: int, unhandled: int) -> None:
+        super().__init__(f"the handler of a record of kind {_kind_name(kind)} from slot {src} raised; "
+                         f"{unhandled} popped records after it were not handled")
+        self.src = src
+        self.kind = kind
+        self.unhandled = unhandled
+
+
+def _kind_name(kind: int) -> str:
+    """``40 (FIRE)``: a record kind with its name in nsqmp.ipc.records, for the log."""
+    from nsqmp.ipc import records  # failure path only
+
+    # the kinds are the module's upper-case one-byte ints (STATE_* are LOOKUP_STATE's flags)
+    names = [n for n, v in vars(records).items()
+             if n.isupper() and type(v) is int and v == kind and v < 256 and not n.startswith("STATE_")]
+    return f"{kind} ({'/'.join(names)})" if names else str(kind)
+
+
+def end_process(exc: RecordError) -> None:
+    """Fail fast: log exc (kind, source slot, records lost, the handler's traceback) at
+    error level, flush the logs and end the process with HANDLER_FAILED_EXIT. Going on
+    would run with state diverged from the peers'; a restart recovers it."""
+    log.error("%s: ending the process (exit %d) so the supervisor restarts it", exc, HANDLER_FAILED_EXIT,
+              exc_info=exc.__cause__ or exc)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(HANDLER_FAILED_EXIT)
 
 
 @dataclass(frozen=True)
@@ -128,6 +168,9 @@ class Endpoint:
         self._urgent: list[tuple[int, Ring]] = []
         self._schedule: Callable[[Callable[[], None]], object] | None = None
         self.on_unblocked: Callable[[], None] | None = None
+        # what a raising record handler leads to: None raises RecordError out of drain();
+        # a process's endpoint (attach_to_loop) ends the process (end_process)
+        self.on_record_error: Callable[[RecordError], None] | None = None
 
     def _attach(self, name: str) -> Ring:
         buf = shm.attach(self.plan.shm_name(name))
@@ -226,6 +269,11 @@ class Endpoint:
         try:
             for source in rings:
                 total += self._take(source, handle, max_records, None if source == urgent else urgent)
+        except RecordError as exc:
+            if self.on_record_error is None:
+                raise
+            self.on_record_error(exc)  # ends the process: never goes on with a record lost
+            raise
         finally:
             self._draining = False
         if self._blocked:
@@ -243,10 +291,18 @@ class Endpoint:
         if ring.take_producer_wakeup():
             self._doorbells[src].ring()
         taken = len(records)
-        for record in records:
-            handle(src, record)
-            if urgent is not None and urgent[1].used:
-                taken += self._take(urgent, handle, max_records)
+        record = b""
+        try:  # around the loop, not each record: the hot loop stays as it was
+            for record in records:
+                handle(src, record)
+                if urgent is not None and urgent[1].used:
+                    taken += self._take(urgent, handle, max_records)
+        except RecordError as exc:  # from the urgent ring, between two of these records
+            exc.unhandled += len(records) - _position(records, record) - 1
+            raise
+        except Exception as exc:
+            unhandled = len(records) - _position(records, record) - 1
+            raise RecordError(src, record[0] if record else -1, unhandled) from exc
         return taken
 
     def prepare_sleep(self) -> bool:
@@ -268,6 +324,11 @@ class Endpoint:
         self._bufs.clear()
 
 
+def _position(records: list[bytes], record: bytes) -> int:
+    """Index of this very record object in records (equal records may repeat)."""
+    return next(i for i, r in enumerate(records) if r is record)
+
+
 # How soon an endpoint that polls (attach_to_loop's poll_while) looks at its rings again
 POLL_INTERVAL = 0.001
 
@@ -284,6 +345,9 @@ def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None
     polls: nobody waits on a publish, and on this 2-core machine each wake-up took about
     20 us of CPU from the publisher and its client.)"""
     endpoint.bind_loop(loop.call_soon)
+    # a raising handler ends this process, wherever the drain was called from (a router's
+    # delivery pass drains its timer's ring too)
+    endpoint.on_record_error = end_process
     state = {"scheduled": False}
 
     def pump() -> None:

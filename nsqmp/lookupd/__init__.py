@@ -9,7 +9,7 @@ registrations). Modules:
 * ``options``  -- every flag declared once; nsqlookupd's command line in Go flag syntax.
 * ``server``   -- binding, start-up lines, signals and the shutdown sequence.
 * ``cli``      -- ``nsqmp lookupd`` and the ``nsqmp-nsqlookupd`` drop-in.
-* ``bench``    -- a /lookup latency benchmark against a running daemon.
+* ``launcher`` -- start one as a subprocess (tests, ``nsqmp/bench/lookupd.py``, examples).
 """
 
 VERSION = "1.3.0"  # the nsqlookupd version we answer as (/info, IDENTIFY, --version)

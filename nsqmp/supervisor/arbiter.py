@@ -7,6 +7,19 @@ hung (stale heartbeat in the control block) and performs the stop sequence.
 Start order: routers and the timer first, then the acceptors, so a client never reaches
 an acceptor whose routers are not there. A child that dies before it announced READY is a
 boot failure: the supervisor halts instead of respawning forever.
+
+Respawn: a crash is repaired at once (clients of the slot wait milliseconds, not the
+backoff). A child that dies within QUICK_DEATH of its start right after its predecessor
+did the same is crash-looping: it is replaced after --restart-backoff, doubled for each
+more such death in a row (at most BACKOFF_CAP, or the backoff itself if larger), and the
+CRASH_LOOP-th quick death in a row halts the broker. A child that ran QUICK_DEATH or longer
+starts the count again.
+The wait is a deadline the loop's select() honours, never a sleep: signals are served
+meanwhile, and a stop cancels the pending respawn.
+
+Signals: SIGTERM and SIGINT stop gracefully. SIGHUP is logged and ignored: the children
+take run-time options only through the CONFIG/CONFIG_SET records of PUT /config/..., and
+the supervisor has no ring to send them one; SIGCHLD wakes the loop.
 """
 from __future__ import annotations
 
@@ -37,6 +50,11 @@ STOP_TIMEOUT = 15.0
 # its start, is crash-looping: halt instead of respawning forever
 CRASH_LOOP = 5
 QUICK_DEATH = 1.0
+# the longest wait before a respawn after quick deaths in a row (unless --restart-backoff
+# itself is longer)
+BACKOFF_CAP = 30.0
+# the loop's longest sleep in select() (reaping also comes through SIGCHLD)
+TICK = 0.25
 
 
 class BootError(Exception):
@@ -52,6 +70,7 @@ class Child:
     pid: int = 0
     started: float = 0.0
     quick_deaths: int = 0
+    respawn_at: float = 0.0  # monotonic time of a pending respawn; 0 when none
 
     @property
     def name(self) -> str:
@@ -186,6 +205,7 @@ class Supervisor:
                     pending.discard(slot)
             if not pending:
                 return
+            self._spawn_due()
             if time.monotonic() > deadline:
                 names = ", ".join(self.children[s].name for s in sorted(pending))
                 raise BootError(f"{names} did not start within {BOOT_TIMEOUT:.0f}s")
@@ -266,11 +286,34 @@ class Supervisor:
             if not self.booted and not ready:
                 # a child that cannot start the first time will not start the next: halt
                 raise BootError(f"{child.name} failed to start ({_describe(code)}); see the log above")
-            log.warning("%s (pid %d) died: %s; starting a replacement", child.name, pid, _describe(code))
-            child.quick_deaths = child.quick_deaths + 1 if time.monotonic() - child.started < QUICK_DEATH else 0
+            now = time.monotonic()
+            child.quick_deaths = child.quick_deaths + 1 if now - child.started < QUICK_DEATH else 0
             if child.quick_deaths >= CRASH_LOOP:
+                log.warning("%s (pid %d) died: %s", child.name, pid, _describe(code))
                 raise BootError(f"{child.name} died {child.quick_deaths} times in a row right after starting; halting")
-            self._spawn(child)
+            delay = restart_delay(self.opts.restart_backoff, child.quick_deaths)
+            if not delay:
+                log.warning("%s (pid %d) died: %s; starting a replacement", child.name, pid, _describe(code))
+                self._spawn(child)
+                continue
+            log.warning("%s (pid %d) died: %s; starting a replacement in %.3gs (%d in a row within %gs of "
+                        "starting)", child.name, pid, _describe(code), delay, child.quick_deaths, QUICK_DEATH)
+            child.respawn_at = now + delay
+
+    def _spawn_due(self) -> None:
+        """Spawn the children whose respawn backoff has run out."""
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.respawn_at and child.respawn_at <= now and not self.stopping:
+                child.respawn_at = 0.0
+                self._spawn(child)
+
+    def _next_wake(self) -> float:
+        """Seconds the loop may wait in select(): TICK, or less if a respawn falls due."""
+        due = [c.respawn_at for c in self.children.values() if c.respawn_at]
+        if not due:
+            return TICK
+        return max(0.0, min(TICK, min(due) - time.monotonic()))
 
     def _check_heartbeats(self) -> None:
         limit = int(self.opts.heartbeat_timeout * 1e9)
@@ -291,7 +334,7 @@ class Supervisor:
     def _loop(self) -> None:
         while not self.stopping:
             try:
-                select.select([self.wakeup_r], [], [], 0.25)
+                select.select([self.wakeup_r], [], [], self._next_wake())
             except InterruptedError:
                 pass
             try:
@@ -305,12 +348,19 @@ class Supervisor:
                     log.info("received %s: stopping", signal.Signals(sig).name)
                     self._stop_children()
                     return
+                if sig == signal.SIGHUP:
+                    log.info("SIGHUP ignored: nsqmp does not reload its configuration; change run-time "
+                             "options with PUT /config/<option>, the rest with a restart")
             self._reap()
+            self._spawn_due()
             self._check_heartbeats()
 
     def _stop_children(self) -> None:
-        """Acceptors first (they stop taking traffic), then routers, then the timer."""
+        """Acceptors first (they stop taking traffic), then routers, then the timer; a
+        pending respawn is cancelled."""
         self.stopping = True
+        for child in self.children.values():
+            child.respawn_at = 0.0
         for kinds in (("acceptor",), ("router", "timer")):
             group = [c for c in self.children.values() if c.kind in kinds and c.pid]
             for c in group:
@@ -338,6 +388,16 @@ class Supervisor:
         self.shm_names = []
         for s in getattr(self, "tcp_socks", []) + getattr(self, "http_socks", []) + getattr(self, "https_socks", []):
             s.close()
+
+
+def restart_delay(backoff: float, quick_deaths: int) -> float:
+    """Seconds before respawning a slot whose children died quick_deaths times in a row
+    within QUICK_DEATH of their start (0: the last one ran longer). The first is a crash,
+    repaired at once; from the second on: backoff, doubled for each more, at most
+    BACKOFF_CAP (or backoff itself if larger)."""
+    if quick_deaths < 2 or backoff <= 0:
+        return 0.0
+    return min(backoff * 2 ** (quick_deaths - 2), max(backoff, BACKOFF_CAP))
 
 
 def _describe(code: int) -> str:

@@ -20,6 +20,7 @@ from nsqmp.config import (
     ConfigError,
     build_parser,
     from_namespace,
+    ignored_given,
     load,
     read_file,
     render_example,
@@ -293,7 +294,7 @@ def test_wrong_type(tmp_path: Path) -> None:
         ("snappy = 1", "option 'snappy' in {}: expected a boolean (true or false), got 1"),
         ("tcp_address = 4150", "option 'tcp_address' in {}: expected host:port, got 4150"),
         ("data_path = []", "option 'data_path' in {}: expected a string, got []"),
-        ("statsd_prefix = 5", "option 'statsd_prefix' in {}: expected a string, got 5"),
+        ("log_prefix = 5", "option 'log_prefix' in {}: expected a string, got 5"),
         ("msg_timeout = {a = 1}", "option 'msg_timeout' in {}: expected a value, got a table"),
         ("e2e_processing_latency_percentiles = [0.5, \"x\"]",
          "option 'e2e_processing_latency_percentiles' in {}: item 2: expected a number, got \"x\""),
@@ -457,12 +458,12 @@ def test_help_lists_every_flag_once() -> None:
     for opt in OPTIONS:
         assert opt.flag in text
         assert f" -{opt.name}" not in text  # nsqd's single-dash aliases stay hidden
-    assert "nsq.%s" in text
+    assert "% 1024" in text  # a "%" in a help text survives argparse's formatting
 
 
 def test_render_resolved_round_trips(tmp_path: Path) -> None:
     c = load(["--lookupd-tcp-address", "a:1", "--msg-timeout", "1h30m", "--output-buffer-timeout", "0",
-              "--statsd-prefix", 'we"ird\\%s', "--e2e-processing-latency-percentile", "0.99"], environ={})
+              "--log-prefix", 'we"ird\\%s', "--e2e-processing-latency-percentile", "0.99"], environ={})
     text = render_resolved(c)
     assert 'msg_timeout = "1h30m"' in text
     assert 'max_msg_timeout = "15m"' in text
@@ -537,3 +538,34 @@ def test_read_file_returns_parsed_values(tmp_path: Path) -> None:
 
 def test_option_lookup_table_is_consistent() -> None:
     assert OPTIONS_BY_NAME["config"].in_file is False
+
+
+# --------------------------------------------------------------------------------------
+# nsqd options accepted and ignored (statsd): nsqd's command line and config files only
+# --------------------------------------------------------------------------------------
+
+
+def test_statsd_options_are_not_declared() -> None:
+    assert not [opt.name for opt in OPTIONS if opt.name.startswith("statsd")]
+    assert error_of(["--statsd-address", "127.0.0.1:8125"]).startswith("unknown option --statsd-address")
+
+
+def test_nsqd_parser_accepts_and_names_the_ignored_flags() -> None:
+    parser = build_parser("nsqd", nsqd=True)
+    ns = parser.parse_args(["-statsd-address=127.0.0.1:8125", "--statsd-prefix", "p.%s", "-statsd-mem-stats",
+                            "--statsd-exclude-ephemeral=false", "-statsd-interval", "10s", "--routers", "3"])
+    c = from_namespace(ns, environ={})
+    assert c.routers == 3
+    assert [what for what, _ in ignored_given(ns, c)] == [
+        "-statsd-address", "-statsd-prefix", "-statsd-interval", "-statsd-mem-stats", "-statsd-exclude-ephemeral"]
+    assert all(why == "statsd is not implemented" for _, why in ignored_given(ns, c))
+    assert "accepted for nsqd compatibility and ignored" in parser.format_help()
+    assert "statsd" not in build_parser("nsqmp serve").format_help()
+
+
+def test_nsqd_config_file_with_statsd_keys_loads_and_they_are_named(tmp_path: Path) -> None:
+    path = write(tmp_path, 'statsd_address = "127.0.0.1:8125"\nstatsd_interval = "10s"\nmem_queue_size = 7\n')
+    ns = build_parser("nsqmp serve").parse_args(["--config", path])
+    c = from_namespace(ns, environ={})
+    assert c.mem_queue_size == 7
+    assert [what for what, _ in ignored_given(ns, c)] == [f"statsd_address in {path}", f"statsd_interval in {path}"]

@@ -281,9 +281,6 @@ EXPECTED_DEFAULTS = {
     "tls-required": False,
     "tls-min-version": "tls1.0",
     "auth-http-address": (),
-    "statsd-address": "",
-    "statsd-prefix": "nsq.%s",
-    "statsd-interval": 60.0,
     "e2e-processing-latency-percentile": (),
     "routers": 2,
     "ring-size": 8388608,  # raised from 4 MiB so one record fits max-msg-size (see cli.check_limits)

@@ -150,3 +150,103 @@ def test_a_polling_endpoint_takes_records_without_a_doorbell_while_they_come(pai
     finally:
         loop.remove_reader(router.doorbell.fd)
         loop.close()
+
+
+def _kind(kind: int, body: bytes) -> bytes:
+    return bytes((kind,)) + body
+
+
+def test_a_raising_handler_stops_the_drain_and_names_the_kind_the_source_and_the_loss(pair):
+    """No record is skipped silently: the drain stops at the raising record and says what
+    it popped and did not handle (those are gone from the ring, hence fail fast)."""
+    from nsqmp.ipc import records
+
+    acceptor, router, plan = pair
+    sent = [_kind(records.RDY, b"%d" % k) for k in range(3)] + [_kind(records.CONFIG, b"{bad json")]
+    sent += [_kind(records.RDY, b"%d" % k) for k in range(3, 5)]
+    for rec in sent:
+        acceptor.send(plan.router_slot(0), rec)
+    acceptor.flush()
+    seen = []
+
+    def handle(src, rec):
+        if rec[0] == records.CONFIG:
+            raise ValueError("a handler's bug")
+        seen.append(rec)
+
+    with pytest.raises(mesh.RecordError) as info:
+        router.drain(handle)
+    err = info.value
+    assert (err.src, err.kind, err.unhandled) == (plan.acceptor_slot(0), records.CONFIG, 2)
+    assert isinstance(err.__cause__, ValueError)
+    assert "kind 13 (CONFIG) from slot 0 raised; 2 popped records after it were not handled" in str(err)
+    assert seen == sent[:3]  # nothing after the raising record was handled
+    assert router.drain(handle) == 0  # the endpoint is usable (not left "draining")...
+    assert seen == sent[:3]  # ...and the two were popped: only a restart recovers them
+
+
+def test_a_raising_urgent_handler_counts_the_other_rings_records_too(pair):
+    acceptor, router, plan = pair
+    timer = mesh.Endpoint(plan, plan.timer_slot, router._doorbells)
+    try:
+        router.make_urgent(plan.timer_slot)
+        for k in range(4):
+            acceptor.send(plan.router_slot(0), b"a%d" % k)
+        acceptor.flush()
+
+        def handle(src, rec):
+            if rec == b"a1":  # a FIRE arrives in the middle of the acceptor's records
+                timer.send(plan.router_slot(0), b"\x28bad")
+                timer.send(plan.router_slot(0), b"\x28next")
+                timer.flush()
+            if rec == b"\x28bad":
+                raise KeyError(rec)
+
+        with pytest.raises(mesh.RecordError) as info:
+            router.drain(handle)
+        # the timer's next record and the acceptor's a2, a3 were popped and not handled
+        assert (info.value.src, info.value.kind, info.value.unhandled) == (plan.timer_slot, 40, 3)
+        assert "kind 40 (FIRE)" in str(info.value)
+    finally:
+        timer.close()
+
+
+def test_an_endpoint_attached_to_a_loop_ends_its_process_when_a_handler_raises(pair, tmp_path):
+    """A process (forked here) whose handler raises logs the kind and the source slot at
+    error level and exits with HANDLER_FAILED_EXIT, without handling the next record."""
+    import logging
+
+    import uvloop
+
+    from nsqmp.ipc import records
+
+    acceptor, router, plan = pair
+    log_path = tmp_path / "child.log"
+    pid = os.fork()
+    if pid == 0:  # the child: a router's loop whose handler has a bug
+        try:
+            handler = logging.FileHandler(log_path)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logging.getLogger().addHandler(handler)
+            loop = uvloop.new_event_loop()
+
+            def handle(src, rec):
+                if rec[0] == records.FIRE:
+                    raise ValueError("a handler's bug")
+                (tmp_path / "handled").write_bytes(rec)  # never: the FIRE comes first
+
+            mesh.attach_to_loop(loop, router, handle)
+            loop.run_forever()
+        finally:
+            os._exit(0)  # only if the loop ended on its own: the test sees 0 and fails
+    acceptor.send(plan.router_slot(0), _kind(records.FIRE, b"\x01\x02\x03"))
+    acceptor.send(plan.router_slot(0), _kind(records.RDY, b"after"))
+    acceptor.flush()
+    router._doorbells[plan.router_slot(0)].ring()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == mesh.HANDLER_FAILED_EXIT
+    text = log_path.read_text()
+    assert ("ERROR nsqmp.ipc: the handler of a record of kind 40 (FIRE) from slot 0 raised; 1 popped records "
+            "after it were not handled: ending the process (exit 70) so the supervisor restarts it") in text
+    assert "ValueError: a handler's bug" in text  # the handler's traceback
+    assert not (tmp_path / "handled").exists()

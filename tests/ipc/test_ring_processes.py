@@ -253,36 +253,6 @@ def test_consumer_detects_bad_data():
             os.close(bell.fd)
 
 
-def test_ringbench_smoke(capsys):
-    from nsqmp.ipc import ringbench
-
-    for impl in ("native", "python"):
-        for batch in ("1", "16"):
-            assert (
-                ringbench.main(
-                    [
-                        "--records",
-                        "20000",
-                        "--size",
-                        "100",
-                        "--batch",
-                        batch,
-                        "--impl",
-                        impl,
-                        "--capacity",
-                        "65536",
-                        "--timeout",
-                        "60",
-                    ]
-                )
-                == 0
-            )
-            out = json.loads(capsys.readouterr().out)
-            assert out["impl"] == impl and out["records"] == 20000
-            assert out["records_per_s"] > 0
-            assert out["producer"]["doorbell_writes"] <= 20000
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_native_ten_million_records():

@@ -1,4 +1,4 @@
-"""The bench reader's frame scanner: native (nsqmp._native.fin_replies) and its twin
+"""The bench reader's frame scanner: native (nsqmp.bench._client.fin_replies) and its twin
 (nsqmp.client.wire.py_fin_replies) against a model built from the frame encoder."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from nsqmp.client import wire
 from nsqmp.protocol.frames import FRAME_ERROR, FRAME_RESPONSE, frame, message_frame
-from tests.harness import native_module
+from tests.bench.conftest import bench_client
 
 IMPLS = [pytest.param(lambda: wire.py_fin_replies, id="twin"),
-         pytest.param(lambda: native_module("fin_replies").fin_replies, id="native")]
+         pytest.param(lambda: bench_client("fin_replies").fin_replies, id="native")]
 
 message = st.tuples(st.just("m"), st.binary(min_size=16, max_size=16), st.binary(max_size=300))
 heartbeat = st.tuples(st.just("h"), st.just(b""), st.just(b""))

@@ -1,7 +1,7 @@
 """Rows/s through the nsq streaming source, into the noop sink and into Parquet.
 
-    .venv/bin/python -m nsqmp.spark.bench                      # own broker, 1,000,000 x 200 B, both sinks
-    .venv/bin/python -m nsqmp.spark.bench --nsqd 127.0.0.1:4150 --messages 500000 --sink noop
+    .venv/bin/python -m nsqmp.bench.spark                      # own broker, 1,000,000 x 200 B, both sinks
+    .venv/bin/python -m nsqmp.bench.spark --nsqd 127.0.0.1:4150 --messages 500000 --sink noop
 
 For each sink: publish N messages to a fresh topic (one connection, MPUB of --batch-size,
 as `nsqmp bench writer` does), then drain them with a streaming query
@@ -75,7 +75,7 @@ def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsqmp.spark.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nsqmp.bench.spark", description=__doc__.split("\n\n")[0])
     p.add_argument("--nsqd", help="nsqd TCP address; default: start a private broker on 127.0.0.1")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--size", type=int, default=200, help="message size in bytes")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from nsqmp.lookupd import bench
+from nsqmp.bench import lookupd as bench
 from tests.harness import wait_for
 
 

@@ -20,8 +20,7 @@ entries, fed over the first tenth of the span while the loop runs) on a uvloop l
 fake endpoint notes when each FIRE record is sent. Lateness = send time - deadline,
 reported as p50/p90/p99/max in ms, with the loop wake-ups and the CPU time used.
 
-Prints one JSON line. Not wired to a command: call ``main(argv)``, e.g.
-``python -c "from nsqmp.timer.heapbench import main; main([])"``.
+Prints one JSON line: ``nsqmp bench heap`` (or ``python -m nsqmp.bench.heap``).
 """
 
 from __future__ import annotations
@@ -289,7 +288,7 @@ def run_one(args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="heapbench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench heap", description=__doc__.split("\n")[0])
     p.add_argument("--impl", choices=("native", "python", "both"), default="both")
     p.add_argument("--inflight", type=int, default=1_000_000)
     p.add_argument("--deferred", type=int, default=1_000_000)
@@ -319,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     for impl in ("native", "python"):
         child = [a for a in (argv if argv is not None else sys.argv[1:])]
         child += ["--impl", impl]
-        code = "import sys; from nsqmp.timer.heapbench import main; sys.exit(main(sys.argv[1:]))"
+        code = "import sys; from nsqmp.bench.heap import main; sys.exit(main(sys.argv[1:]))"
         proc = subprocess.run(
             [sys.executable, "-c", code, *child],
             capture_output=True,
@@ -333,3 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         result[impl].pop("impl", None)
     print(json.dumps(result), flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -8,7 +8,8 @@ import pytest
 
 from nsqmp.bench.tool import run
 from nsqmp.client import Connection
-from tests.harness import native_module, wait_for
+from tests.bench.conftest import bench_client
+from tests.harness import wait_for
 
 
 def test_writer_then_reader_drains_exactly_what_was_written(broker):
@@ -40,7 +41,7 @@ def test_publish_loop_stops_at_an_error_response(broker, impl):
         until = time.time() + 10
         cmd = wire.pub("bad!", b"x")
         if impl == "native":
-            oks, error = native_module("publish_loop").publish_loop(s.fileno(), cmd, until)
+            oks, error = bench_client("publish_loop").publish_loop(s.fileno(), cmd, until)
         else:
             oks, error = tool.py_publish_loop(s, cmd, until)
     assert oks == 0
@@ -49,7 +50,7 @@ def test_publish_loop_stops_at_an_error_response(broker, impl):
     with socket.create_connection((host, int(port))) as s:
         s.sendall(wire.MAGIC)
         if impl == "native":
-            oks, error = native_module("publish_loop").publish_loop(s.fileno(), ok_cmd, time.time() + 0.3)
+            oks, error = bench_client("publish_loop").publish_loop(s.fileno(), ok_cmd, time.time() + 0.3)
         else:
             oks, error = tool.py_publish_loop(s, ok_cmd, time.time() + 0.3)
     assert oks > 0 and error is None

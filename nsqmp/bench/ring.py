@@ -11,7 +11,7 @@ Prints one line of JSON: throughput, and the doorbell syscalls each side
 issued itself (eventfd writes, poll() calls, eventfd reads), per record and
 per second.
 
-    python -m nsqmp.ipc.ringbench --records 2000000 --size 200 --batch 64
+    python -m nsqmp.bench.ring --records 2000000 --size 200 --batch 64
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="ringbench", description="Two-process benchmark of the shared-memory ring."
+        prog="nsqmp bench ring", description="Two-process benchmark of the shared-memory ring."
     )
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=200, help="payload bytes per record")

@@ -1,4 +1,4 @@
-"""/lookup latency with many brokers registered: ``python -m nsqmp.lookupd.bench``.
+"""/lookup latency with many brokers registered: ``python -m nsqmp.bench.lookupd``.
 
 1. Start our nsqlookupd on 127.0.0.1 port 0 (or use --tcp-address/--http-address of one
    already running).
@@ -158,7 +158,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nsqmp.lookupd.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m nsqmp.bench.lookupd", description=__doc__.split("\n\n")[0])
     parser.add_argument("--producers", type=int, default=500, help="fake brokers (default 500)")
     parser.add_argument("--topics", type=int, default=1000, help="topics spread over them (default 1000)")
     parser.add_argument("--replicas", type=int, default=3, help="brokers per topic (default 3)")

@@ -1,7 +1,8 @@
 /*
- * benchclient.c -- the hot loops of `nsqmp bench writer` and `nsqmp bench
- * reader` (nsqmp/bench/tool.py), so that the client is not what limits the
- * broker being measured.
+ * bench/client.c -- the extension module nsqmp.bench._client: the hot loops of
+ * `nsqmp bench writer` and `nsqmp bench reader` (nsqmp/bench/tool.py), so that
+ * the client is not what limits the broker being measured.  A module of its
+ * own, apart from the broker's nsqmp._native (setup.py builds both).
  *
  *   publish_loop(fd, command, until) -> (oks, error)
  *
@@ -228,8 +229,16 @@ static PyMethodDef benchclient_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int
-nsqmp_benchclient_add(PyObject *module)
+static struct PyModuleDef client_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "nsqmp.bench._client",
+    .m_doc = "The bench client's hot loops (nsqmp bench writer/reader); not part of the broker.",
+    .m_size = 0,
+    .m_methods = benchclient_functions,
+};
+
+PyMODINIT_FUNC
+PyInit__client(void)
 {
-    return PyModule_AddFunctions(module, benchclient_functions);
+    return PyModuleDef_Init(&client_module);
 }

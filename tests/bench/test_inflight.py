@@ -6,7 +6,7 @@ import sys
 
 import orjson
 
-from nsqmp.router import inflightbench
+from nsqmp.bench import inflight as inflightbench
 
 
 def test_bench_inflight_reports_every_operation_for_both_implementations():

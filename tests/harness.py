@@ -7,6 +7,7 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -28,20 +29,27 @@ def native_module(name: str):
     return _native
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05,
+             what: str | Callable[[], str] = "condition"):
     """Poll `predicate` until it returns something true (returned) or `timeout` passes
-    (TimeoutError naming `what`): how a test waits for the broker instead of sleeping."""
+    (TimeoutError naming `what`, or what `what()` says then): how a test waits for the
+    broker instead of sleeping."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
+            raise TimeoutError(_timed_out(what))
         time.sleep(interval)
 
 
-async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+def _timed_out(what: str | Callable[[], str]) -> str:
+    return f"timed out waiting for {what() if callable(what) else what}"
+
+
+async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05,
+                    what: str | Callable[[], str] = "condition"):
     """wait_for inside an event loop: the loop (and the clients on it) runs between the
     polls of `predicate`, a plain function."""
     deadline = time.monotonic() + timeout
@@ -50,7 +58,7 @@ async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05, wh
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
+            raise TimeoutError(_timed_out(what))
         await asyncio.sleep(interval)
 
 

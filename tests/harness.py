@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from nsqmp.client import Connection, wire
+from nsqmp.ipc import pyring, shm
 from nsqmp.launcher import Broker
 
 __all__ = ["Broker", "assert_fatal", "await_for", "native_module", "nothing_within", "queued_kinds", "wait_for"]
@@ -87,8 +88,6 @@ def queued_kinds(broker: Broker) -> list[int]:
     """The kinds (nsqmp.ipc.records) of the records waiting in the broker's acceptor ->
     router rings, read without consuming them. A test that stops the routers (SIGSTOP)
     waits on this until what it sent is in the rings, instead of sleeping."""
-    from nsqmp.ipc import pyring, shm
-
     prefix = f"{shm.PREFIX}{broker.proc.pid}."
     kinds: list[int] = []
     for entry in sorted(os.listdir(_SHM_DIR)):
@@ -105,8 +104,6 @@ def queued_kinds(broker: Broker) -> list[int]:
 def _ring_kinds(buf) -> list[int]:
     """The first byte of each record between one ring's tail and head, oldest first
     (the layout drawn in nsqmp.ipc.pyring; the ring is only read)."""
-    from nsqmp.ipc import pyring
-
     capacity = struct.unpack_from("<Q", buf, pyring.OFF_CAPACITY)[0]
     tail = struct.unpack_from("<Q", buf, pyring.OFF_TAIL)[0]  # tail first: head only grows
     head = struct.unpack_from("<Q", buf, pyring.OFF_HEAD)[0]

@@ -113,7 +113,7 @@ class AuthServer:
                     status, body, delay = server.answers.get(
                         query.fields.get("secret", ""), (403, b'{"message":"NOT_AUTHORIZED"}', 0.0))
                 if delay:
-                    time.sleep(delay)
+                    time.sleep(delay)  # the slow auth server under test
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

@@ -1,14 +1,21 @@
 """Test helpers: the real broker as a subprocess (nsqmp.launcher) and polling."""
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import socket
+import struct
 import time
+from collections.abc import Callable
 
 import pytest
 
 from nsqmp.client import Connection, wire
+from nsqmp.ipc import pyring, shm
 from nsqmp.launcher import Broker
 
-__all__ = ["Broker", "assert_fatal", "native_module", "wait_for"]
+__all__ = ["Broker", "assert_fatal", "await_for", "native_module", "nothing_within", "queued_kinds", "wait_for"]
 
 
 def native_module(name: str):
@@ -23,23 +30,101 @@ def native_module(name: str):
     return _native
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05,
+             what: str | Callable[[], str] = "condition"):
+    """Poll `predicate` until it returns something true (returned) or `timeout` passes
+    (TimeoutError naming `what`, or what `what()` says then): how a test waits for the
+    broker instead of sleeping."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
+            raise TimeoutError(_timed_out(what))
         time.sleep(interval)
+
+
+def _timed_out(what: str | Callable[[], str]) -> str:
+    return f"timed out waiting for {what() if callable(what) else what}"
+
+
+async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05,
+                    what: str | Callable[[], str] = "condition"):
+    """wait_for inside an event loop: the loop (and the clients on it) runs between the
+    polls of `predicate`, a plain function."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(_timed_out(what))
+        await asyncio.sleep(interval)
+
+
+def nothing_within(c: Connection, seconds: float) -> None:
+    """Read `c` for `seconds` (answering heartbeats): no frame may arrive in that time.
+    The bounded read for "nothing comes back", where the time itself is what is tested."""
+    saved = c.sock.gettimeout()
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            c.sock.settimeout(left)
+            try:
+                frame = c.read_frame()
+            except (socket.timeout, TimeoutError):
+                return
+            pytest.fail(f"nothing should arrive within {seconds}s, got {frame}")
+    finally:
+        c.sock.settimeout(saved)
+
+
+_SHM_DIR = "/dev/shm"
+_INBOUND = re.compile(r"a\d+r\d+")  # an acceptor -> router ring (nsqmp.ipc.mesh.Plan.ring_names)
+
+
+def queued_kinds(broker: Broker) -> list[int]:
+    """The kinds (nsqmp.ipc.records) of the records waiting in the broker's acceptor ->
+    router rings, read without consuming them. A test that stops the routers (SIGSTOP)
+    waits on this until what it sent is in the rings, instead of sleeping."""
+    prefix = f"{shm.PREFIX}{broker.proc.pid}."
+    kinds: list[int] = []
+    for entry in sorted(os.listdir(_SHM_DIR)):
+        if not (entry.startswith(prefix) and _INBOUND.fullmatch(entry[len(prefix):])):
+            continue
+        buf = shm.attach("/" + entry)
+        try:
+            kinds += _ring_kinds(buf)
+        finally:
+            buf.close()
+    return kinds
+
+
+def _ring_kinds(buf) -> list[int]:
+    """The first byte of each record between one ring's tail and head, oldest first
+    (the layout drawn in nsqmp.ipc.pyring; the ring is only read)."""
+    capacity = struct.unpack_from("<Q", buf, pyring.OFF_CAPACITY)[0]
+    tail = struct.unpack_from("<Q", buf, pyring.OFF_TAIL)[0]  # tail first: head only grows
+    head = struct.unpack_from("<Q", buf, pyring.OFF_HEAD)[0]
+    kinds = []
+    while tail < head:
+        pos = tail % capacity
+        room = capacity - pos
+        length = pyring.WRAP_MARKER if room < pyring.RECORD_HEADER else \
+            struct.unpack_from("<I", buf, pyring.HEADER_SIZE + pos)[0]
+        if length == pyring.WRAP_MARKER:
+            tail += room
+            continue
+        kinds.append(buf[pyring.HEADER_SIZE + pos + pyring.RECORD_HEADER])
+        tail += (pyring.RECORD_HEADER + length + 7) & ~7
+    return kinds
 
 
 def pynsq_round_trip(address: str, topic: str, bodies: list[bytes], reader_opts: dict | None = None,
                      writer_opts: dict | None = None, timeout: float = 30.0) -> list[bytes]:
     """MPUB `bodies` with a pynsq Writer and read them back with a pynsq Reader (each
     with its own connection options: tls_v1, snappy, deflate, ...); returns what arrived."""
-    import asyncio
-
     import nsq
 
     async def scenario() -> list[bytes]:
@@ -55,8 +140,7 @@ def pynsq_round_trip(address: str, topic: str, bodies: list[bytes], reader_opts:
         reader = nsq.Reader(topic, "ch", handler, nsqd_tcp_addresses=[address], max_in_flight=50,
                             **(reader_opts or {}))
         writer = nsq.Writer([address], **(writer_opts or {}))
-        while not writer.conns:
-            await asyncio.sleep(0.02)
+        await await_for(lambda: writer.conns, what="the pynsq Writer's connection")
         acks: list = []
         for i in range(0, len(bodies), 20):
             writer.mpub(topic, bodies[i:i + 20], callback=lambda conn, data: acks.append(data))
@@ -64,9 +148,9 @@ def pynsq_round_trip(address: str, topic: str, bodies: list[bytes], reader_opts:
         assert all(a == b"OK" for a in acks), acks
         reader.connect_to_nsqd = lambda *a, **k: None  # no reconnect after close
         reader.close()
-        for conn in writer.conns.values():
+        for conn in list(writer.conns.values()):
             conn.close()
-        await asyncio.sleep(0.1)
+        await await_for(lambda: not reader.conns and not writer.conns, what="pynsq to see its connections closed")
         return got
 
     return asyncio.run(scenario())

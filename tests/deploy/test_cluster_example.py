@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -115,9 +114,8 @@ def test_run_sh_starts_the_cluster_and_stops_all_of_it(tmp_path):
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, out_path.read_text()
-        deadline = time.monotonic() + 10
-        while any(_alive(p) for p in family) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: not any(_alive(p) for p in family), 10, interval=0.1,
+                 what=lambda: f"the cluster's processes to exit: {out_path.read_text()}")
         assert not [p for p in family if _alive(p)], out_path.read_text()
         assert "stopped" in out_path.read_text()
     finally:

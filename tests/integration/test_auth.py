@@ -18,7 +18,7 @@ import pytest
 
 from nsqmp.client import Connection, wire
 from tests.auth_server import AuthServer, dead_address
-from tests.harness import Broker, assert_fatal
+from tests.harness import Broker, assert_fatal, await_for, wait_for
 from tests.integration.test_tls import _frames
 
 I32 = struct.Struct(">i")
@@ -192,7 +192,7 @@ def test_a_slow_auth_server_does_not_hold_up_other_clients(broker, authd):
     authd.grant("slow", [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}], delay=1.5)
     slow = _conn(broker)
     slow.send(_auth_raw(b"slow"))
-    time.sleep(0.2)  # the query is under way
+    wait_for(lambda: authd.queries_for("slow"), what="the query under way")
     with _conn(broker, "all") as fast:
         fast.pub("logs", b"meanwhile")
         fast.pub("logs", b"and again")
@@ -239,7 +239,7 @@ def test_ttl_expiry_asks_again(broker, authd):
     with _conn(broker, "short") as c:
         c.pub("logs", b"a")
         assert len(authd.queries_for("short")) == 1  # cached within the ttl
-        time.sleep(1.2)
+        time.sleep(1.2)  # the ttl (1 s) runs out: the time is what is tested
         c.pub("logs", b"b")  # re-asked with the stored secret, still allowed
         assert len(authd.queries_for("short")) == 2
         c.pub("logs", b"c")
@@ -251,7 +251,7 @@ def test_ttl_expiry_with_a_failing_server_is_fatal(broker, authd):
     c = _conn(broker, "revoked")
     c.pub("logs", b"a")
     authd.answer("revoked", 403, {"message": "REVOKED"})
-    time.sleep(1.2)
+    time.sleep(1.2)  # the ttl (1 s) runs out: the time is what is tested
     assert_fatal(c, wire.pub("logs", b"b"), "E_AUTH_FAILED AUTH failed")
     assert len(authd.queries_for("revoked")) == 2
 
@@ -261,7 +261,7 @@ def test_ttl_expiry_with_narrower_rights(broker, authd):
     c = _conn(broker, "narrow")
     c.pub("events", b"a")
     authd.grant("narrow", [{"topic": "^logs$", "channels": [".*"], "permissions": ["publish"]}], ttl=1)
-    time.sleep(1.2)
+    time.sleep(1.2)  # the ttl (1 s) runs out: the time is what is tested
     assert_fatal(c, wire.mpub("events", [b"b"]), 'E_UNAUTHORIZED AUTH failed for MPUB on "events" ""')
 
 
@@ -472,25 +472,19 @@ def test_pynsq_with_auth_secret(broker, authd):
         reader = nsq.Reader("granted", "ch", handler, nsqd_tcp_addresses=[broker.tcp_address],
                             max_in_flight=10, auth_secret="pynsq")
         writer = nsq.Writer([broker.tcp_address], auth_secret="pynsq")
-        for _ in range(200):
-            if writer.conns:
-                break
-            await asyncio.sleep(0.02)
+        await await_for(lambda: writer.conns, what="the pynsq Writer's connection")
         acks: list = []
         refused: list = []
         writer.mpub("granted", [b"1", b"2", b"3"], callback=lambda conn, data: acks.append(data))
         await asyncio.wait_for(arrived.wait(), 20)
         writer.pub("forbidden", b"nope", callback=lambda conn, data: refused.append(data))
-        for _ in range(200):
-            if refused:
-                break
-            await asyncio.sleep(0.02)
+        await await_for(lambda: refused, what="the refusal")
         reader.connect_to_nsqd = lambda *a, **k: None  # no reconnect after close
         reader.close()
         writer.connect_to_nsqd = lambda *a, **k: None
         for conn in list(writer.conns.values()):
             conn.close()
-        await asyncio.sleep(0.1)
+        await await_for(lambda: not reader.conns and not writer.conns, what="pynsq to see its connections closed")
         return got, acks, refused
 
     got, acks, refused = asyncio.run(scenario())

@@ -7,7 +7,7 @@ import pytest
 
 from nsqmp.client import Connection
 from nsqmp.client import wire
-from tests.harness import wait_for
+from tests.harness import nothing_within, wait_for
 
 
 def consumer(broker, topic: str, channel: str, rdy: int = 10, **identify) -> Connection:
@@ -111,11 +111,11 @@ def test_touch_extends_the_deadline(broker):
         p.pub("touchy", b"t")
     m = c.read_message()
     for _ in range(4):  # 2 s of work, touched every 0.5 s: never times out
-        time.sleep(0.5)
+        time.sleep(0.5)  # the work: the time that passes is what is tested
         c.send(wire.touch(m.id))
     c.fin(m.id)
     c.send(wire.NOP)
-    time.sleep(0.3)
+    wait_for(lambda: channel_stats(broker, "touchy", "ch")["in_flight_count"] == 0, what="the FIN")
     stats = channel_stats(broker, "touchy", "ch")
     assert stats["timeout_count"] == 0 and stats["in_flight_count"] == 0
     c.close()
@@ -255,7 +255,7 @@ def test_messages_of_one_delivery_leave_their_shared_deadline_one_by_one(broker)
     a, b, cc = (c.read_message() for _ in range(3))
     t0 = time.monotonic()
     c.fin(a.id)
-    time.sleep(1.0)
+    time.sleep(1.0)  # the deadlines move with time: b is touched 1 s into its flight
     c.send(wire.touch(b.id))  # b's deadline: about t0 + 3 s
     again = c.read_message()  # c's, about t0 + 2 s
     assert again.id == cc.id and again.attempts == 2
@@ -267,7 +267,7 @@ def test_messages_of_one_delivery_leave_their_shared_deadline_one_by_one(broker)
     stats = channel_stats(broker, "pass", "ch")
     assert stats["timeout_count"] == 1
     assert stats["clients"][0]["finish_count"] == 3
-    time.sleep(1.3)  # past b's touched deadline: nothing comes back
+    nothing_within(c, 1.3)  # past b's touched deadline: nothing comes back
     assert channel_stats(broker, "pass", "ch")["timeout_count"] == 1
     c.close()
 

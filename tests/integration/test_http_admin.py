@@ -173,7 +173,8 @@ def test_deleting_a_channel_closes_its_consumers(broker):
     with Connection.connect(broker.tcp_address) as c:
         c.identify()
         c.sub("dc", "gone", rdy=1)
-        time.sleep(0.2)
+        wait_for(lambda: [ch["client_count"] for t in broker.stats(topic="dc")["topics"]
+                          for ch in t["channels"]] == [1], what="the consumer in /stats")
         assert post(broker, "/channel/delete?topic=dc&channel=gone") == (200, b"")
         c.sock.settimeout(5)
         with pytest.raises((EOFError, ConnectionResetError)):

@@ -7,6 +7,8 @@ import time
 
 from nsqmp.client import Connection
 from nsqmp.client import wire
+from nsqmp.diskqueue import acklog
+from nsqmp.diskqueue.layout import topic_dir
 from tests.harness import Broker, wait_for
 
 
@@ -68,7 +70,9 @@ def scenario(tmp_path, how: str) -> None:
             c.send(wire.rdy(305))
             inflight = [c.read_message().body for _ in range(5)]
             c.send(wire.NOP)
-            time.sleep(0.3)  # let the FINs reach the router and its ack log
+            # the FINs reach the router and its ack log
+            keep = topic_dir(str(b.data_path), "keep")
+            wait_for(lambda: len(list(acklog.read(keep))) >= 300, what="300 FINs in the ack log")
             with Connection.connect(b.tcp_address) as p:
                 p.send(wire.dpub("keep", 4000, b"deferred"))
                 p.expect_ok()
@@ -177,7 +181,8 @@ def test_graceful_restart_keeps_every_count_identical(tmp_path):
                 c.send(wire.req(m.id, 0))
             for m in msgs[14:17]:
                 c.send(wire.req(m.id, 600_000))  # deferred for 10 minutes
-            time.sleep(1.5)  # msgs[17:20] time out (msg_timeout 1 s)
+            # msgs[17:20] time out (msg_timeout 1 s), while their consumer is still there
+            wait_for(lambda: _counts(b)[("g1", "x")]["timeout_count"] == 3, what="3 timeouts")
             c.send(wire.NOP)
         wait_for(lambda: _counts(b)[("g1", "x")]["in_flight_count"] == 0, what="nothing in flight")
         before = _counts(b)

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 import pytest
 
 from nsqmp.client import Connection, wire
+from nsqmp.ipc import records, shm
+from nsqmp.ipc.control import ControlBlock
 from nsqmp.launcher import Broker
-from nsqmp.roles import BEAT_INTERVAL
-from tests.harness import wait_for
+from tests.harness import queued_kinds, wait_for
 from tests.integration.test_timer_client import channel_stats
 
 PRODUCERS = 8  # DPUBs on connections the kernel spreads over both acceptors
@@ -36,6 +37,20 @@ def routers_stopped(broker):
     finally:
         for pid in routers:
             os.kill(pid, signal.SIGCONT)
+
+
+def in_rings(broker, kind: int, count: int, what: str) -> None:
+    """Wait (the routers stopped) until `count` records of `kind` wait in the rings."""
+    wait_for(lambda: queued_kinds(broker).count(kind) >= count, what=f"{what} in the rings")
+
+
+def beat_of(broker, slot: int) -> int:
+    """CLOCK_MONOTONIC ns of a child's last heartbeat, read from the control block."""
+    block = ControlBlock.attach(shm.segment_name(broker.proc.pid, "control"))
+    try:
+        return block.read(slot)[3]
+    finally:
+        block.close()
 
 
 def answered_dpubs(broker, topic: str) -> None:
@@ -78,7 +93,7 @@ def test_channel_created_after_an_answered_dpub_does_not_get_it(any_broker):
             answered_dpubs(broker, "t_order")
             created = [pool.submit(broker.http, "POST", f"/channel/create?topic=t_order&channel=late{i}")
                        for i in range(LATE)]
-            time.sleep(0.5)  # the requests reach the rings, behind or ahead of the DPUBs
+            in_rings(broker, records.CONTROL, LATE, "the requests")  # behind or ahead of the DPUBs
         assert [f.result(timeout=20)[0] for f in created] == [200] * LATE
     check_only_early_got_them(broker, "t_order")
 
@@ -94,7 +109,7 @@ def test_channel_made_by_sub_after_an_answered_dpub_does_not_get_it(any_broker):
         with routers_stopped(broker):
             answered_dpubs(broker, "t_subord")
             subs = [pool.submit(c.sub, "t_subord", f"late{i}") for i, c in enumerate(consumers)]
-            time.sleep(0.5)
+            in_rings(broker, records.SUB, LATE, "the SUBs")
         for f in subs:
             f.result(timeout=20)  # OK
     check_only_early_got_them(broker, "t_subord")
@@ -113,7 +128,8 @@ def test_a_sub_whose_connection_closes_while_it_waits(broker):
             with Connection.connect(broker.tcp_address) as c:
                 c.identify()
                 c.send(wire.sub("t_subgone", channel))
-        time.sleep(0.5)  # the SUBs and the GONEs reach the ring
+        in_rings(broker, records.SUB, 2, "the SUBs")
+        in_rings(broker, records.GONE, 2, "the GONEs")
     kept = channel_stats(broker, "t_subgone", "kept")
     assert (kept["client_count"], kept["clients"]) == (0, []), kept
     assert channel_stats(broker, "t_subgone", "eph#ephemeral", missing_ok=True) == {}
@@ -150,8 +166,10 @@ def test_a_stopped_acceptor_delays_requests_by_the_barrier_timeout_only(broker):
         else:
             raise AssertionError("no request reached the running acceptor in 20 tries")
     finally:
+        resumed = time.monotonic_ns()
         os.kill(stopped, signal.SIGCONT)
-        time.sleep(2 * BEAT_INTERVAL)  # a fresh heartbeat before the supervisor looks again
+        # a fresh heartbeat before the supervisor looks again
+        wait_for(lambda: beat_of(broker, 1) > resumed, what="acceptor 1's heartbeat")
         os.kill(broker.proc.pid, signal.SIGCONT)
     assert status == 200
     assert BARRIER_TIMEOUT - 0.1 <= took < BARRIER_TIMEOUT + 1.5
@@ -168,12 +186,13 @@ def test_a_sub_waiting_when_its_acceptor_dies_makes_no_consumer(broker):
         c = Connection.connect(broker.tcp_address)
         c.identify()
         c.send(wire.sub("t_suborphan", "orphan"))
-        time.sleep(0.3)  # the SUB reaches the ring
+        in_rings(broker, records.SUB, 1, "the SUB")
         for pid in acceptors.values():
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: all(broker.children().get(t, pid) != pid for t, pid in acceptors.items()),
                  timeout=15, what="the acceptors' replacements")
-        time.sleep(0.5)  # their hellos reach the rings
+        routers = sum(title.startswith("nsqmp router") for title in broker.children())
+        in_rings(broker, records.A_HELLO, len(acceptors) * routers, "their hellos")
     c.close()
     wait_for(lambda: channel_stats(broker, "t_suborphan", "orphan", missing_ok=True), timeout=10,
              what="the SUB's channel")

@@ -32,6 +32,7 @@ import pytest
 
 from nsqmp.client import Connection, NSQError
 from nsqmp.client import wire
+from tests.harness import await_for, wait_for
 
 TOPIC, CHANNEL = "soak", "ch"
 PRODUCERS = 2
@@ -139,7 +140,7 @@ def producer(address: str, index: int, run: Run, tally: Tally, seed: int) -> Non
                     tally.ops[op] += 1
                 ahead = seq / RATE - (time.monotonic() - started)
                 if ahead > 0:
-                    time.sleep(min(ahead, 0.5))
+                    time.sleep(min(ahead, 0.5))  # pacing: RATE messages a second
     except Exception as exc:  # reported by the test, not lost in a thread
         with tally.lock:
             tally.errors.append(f"producer {index}: {exc!r}")
@@ -151,6 +152,7 @@ def killer(broker, run: Run, tally: Tally, routers: bool) -> None:
     try:
         kills = 0
         while run.publishing():
+            # pacing: a kill every TIMER_KILL_EVERY seconds while publishing
             time.sleep(min(TIMER_KILL_EVERY, max(0.0, run.publish_until - time.monotonic())))
             if not run.publishing():
                 return
@@ -158,10 +160,8 @@ def killer(broker, run: Run, tally: Tally, routers: bool) -> None:
             kills += 1
             old = broker.children()[victim]
             os.kill(old, signal.SIGKILL)
-            limit = time.monotonic() + 15
-            while broker.children().get(victim) in (None, old):
-                assert time.monotonic() < limit, f"no new {victim}"
-                time.sleep(0.02)
+            wait_for(lambda: broker.children().get(victim) not in (None, old), 15, interval=0.02,
+                     what=f"a new {victim}")
             with tally.lock:
                 if victim == "nsqmp timer":
                     tally.timer_kills += 1
@@ -318,6 +318,7 @@ def pynsq_consumer(address: str, run: Run, tally: Tally, seed: int) -> None:
     rng = random.Random(seed)
     s = Session("pynsq-soak")
     fenced = threading.Event()
+    holding: set[bytes] = set()  # ids of the touch-and-holds not finished yet
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -347,6 +348,8 @@ def pynsq_consumer(address: str, run: Run, tally: Tally, seed: int) -> None:
                 def finish() -> None:
                     s.sent[("FIN", m.id)] += 1
                     m.finish()
+                    holding.discard(m.id)
+                holding.add(m.id)
                 for t in (0.4, 0.8):
                     loop.call_later(t, touch)
                 loop.call_later(rng.uniform(1.1, 1.5), finish)
@@ -354,23 +357,19 @@ def pynsq_consumer(address: str, run: Run, tally: Tally, seed: int) -> None:
         reader = _FenceReader(TOPIC, CHANNEL, on_message, session=s, fenced=fenced, tally=tally,
                               nsqd_tcp_addresses=[address], max_in_flight=RDY, max_tries=0,
                               msg_timeout=MSG_TIMEOUT_MS / 1000, hostname=s.name)
-        while not run.fence.is_set():
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.7)  # any touch-and-hold still running ends with its FIN
+        await await_for(run.fence.is_set, run.publish_until - time.monotonic() + DRAIN_LIMIT + 30,
+                        what="pynsq: the fence")
+        await await_for(lambda: not holding, what="pynsq: the touch-and-holds to end with their FINs")
         (conn,) = reader.conns.values()
         conn.send(nsq.protocol.finish(FENCE_ID))
-        deadline = time.monotonic() + 15
-        while not fenced.is_set():
-            assert time.monotonic() < deadline, "pynsq: the fence never came back"
-            await asyncio.sleep(0.02)
+        await await_for(fenced.is_set, 15, interval=0.02, what="pynsq: the fence to come back")
         s.settle_into(tally)
         with tally.lock:
             tally.final_sessions.append(s)
-        while not run.done.is_set():
-            await asyncio.sleep(0.05)
+        await await_for(run.done.is_set, DRAIN_LIMIT, what="pynsq: the end of the run")
         reader.connect_to_nsqd = lambda *a, **k: None
         reader.close()
-        await asyncio.sleep(0.1)
+        await await_for(lambda: not reader.conns, what="pynsq to see its connection closed")
 
     try:
         asyncio.run(main())
@@ -442,13 +441,11 @@ def test_soak_every_published_message_is_finished(broker, request):
         quiet = ch is not None and (ch["depth"], ch["in_flight_count"], ch["deferred_count"],
                                     ch["topic_depth"]) == (0, 0, 0, 0)
         empty = empty + 1 if quiet else 0
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling: quiet twice in a row, 0.2 s apart, is the condition
     drained_at = time.monotonic()
     run.fence.set()
-    limit = time.monotonic() + 30
-    while len(tally.final_sessions) < len(consumers) and not tally.errors:
-        assert time.monotonic() < limit, "consumers did not fence"
-        time.sleep(0.05)
+    wait_for(lambda: len(tally.final_sessions) >= len(consumers) or tally.errors, 30,
+             what="the consumers to fence")
     assert not tally.errors, tally.errors
 
     # the tally

@@ -20,7 +20,7 @@ import nsq
 import pytest
 
 from nsqmp.client import Connection, wire
-from tests.harness import wait_for
+from tests.harness import await_for, wait_for
 
 FENCE_ID = b"0" * 16  # no message has this ID: FIN of it comes back E_FIN_FAILED, in order
 
@@ -59,15 +59,13 @@ class Inbox:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
     async def nothing_for(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # the time is what is tested: nothing may come within it
         assert self.queue.empty(), f"unexpected delivery: {self.queue.get_nowait()[1].body!r}"
 
     async def subscribed(self, broker, timeout: float = 10.0) -> None:
         """Wait until /stats shows this reader on its channel with credit."""
-        deadline = time.monotonic() + timeout
-        while self.client(broker) is None or self.client(broker)["ready_count"] == 0:
-            assert time.monotonic() < deadline, f"{self.name} never subscribed"
-            await asyncio.sleep(0.05)
+        await await_for(lambda: (c := self.client(broker)) is not None and c["ready_count"] != 0, timeout,
+                        what=f"{self.name} to subscribe")
 
     def client(self, broker) -> dict | None:
         for c in channel_stats(broker, self.topic, self.channel, missing_ok=True).get("clients", []):
@@ -97,22 +95,18 @@ def topic_stats(broker, topic: str) -> dict:
 
 async def settle(broker, topic: str, channel: str, timeout: float = 10.0, **want) -> dict:
     """Poll the channel's /stats until every given field has the wanted value."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def settled() -> dict | None:
         ch = channel_stats(broker, topic, channel, missing_ok=True)
-        if ch and all(ch.get(k) == v for k, v in want.items()):
-            return ch
-        assert time.monotonic() < deadline, f"{topic}/{channel}: wanted {want}, have {ch}"
-        await asyncio.sleep(0.05)
+        return ch if ch and all(ch.get(k) == v for k, v in want.items()) else None
+
+    return await await_for(settled, timeout, what=lambda: f"{topic}/{channel}: wanted {want}, have "
+                           f"{channel_stats(broker, topic, channel, missing_ok=True)}")
 
 
 async def publish(broker, topic: str, bodies: list[bytes], defers: list[int] | None = None) -> None:
     """Publish with a pynsq Writer (PUB, or DPUB when defers are given); every answer OK."""
     writer = nsq.Writer([broker.tcp_address])
-    deadline = time.monotonic() + 10
-    while not writer.conns:
-        assert time.monotonic() < deadline, "pynsq Writer never connected"
-        await asyncio.sleep(0.02)
+    await await_for(lambda: writer.conns, what="the pynsq Writer's connection")
     acks: list = []
 
     def cb(conn, data):
@@ -123,9 +117,7 @@ async def publish(broker, topic: str, bodies: list[bytes], defers: list[int] | N
             writer.pub(topic, body, callback=cb)
         else:
             writer.dpub(topic, defers[i], body, callback=cb)
-    while len(acks) < len(bodies):
-        assert time.monotonic() < deadline, acks
-        await asyncio.sleep(0.01)
+    await await_for(lambda: len(acks) >= len(bodies), interval=0.01, what=lambda: f"every answer, have {acks}")
     assert all(a == b"OK" for a in acks), acks
     for conn in writer.conns.values():
         conn.close()
@@ -201,10 +193,7 @@ def test_msg_timeout_above_max_msg_timeout_is_refused(make_broker):
 
     async def scenario():
         inbox = Inbox(b.tcp_address, "t_max", "ch", msg_timeout=3)
-        deadline = time.monotonic() + 10
-        while not inbox.errors:
-            assert time.monotonic() < deadline, "no IDENTIFY error"
-            await asyncio.sleep(0.05)
+        await await_for(lambda: inbox.errors, what="the IDENTIFY error")
         assert inbox.errors[0] == b"E_BAD_BODY IDENTIFY msg timeout (3000) is invalid", inbox.errors
         inbox.close()
 
@@ -267,7 +256,7 @@ def test_touch_keeps_a_slow_message_alive_past_its_timeout(broker):
         await publish(broker, "t_touch", [b"slow"])
         delivered, m = await inbox.get()
         while time.monotonic() - delivered < 2.5:  # 2.5 x msg_timeout of work
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the work, touched every 0.3 s: the time is what is tested
             m.touch()
             assert inbox.queue.empty(), "redelivered although touched"
         m.finish()
@@ -292,7 +281,7 @@ def test_touch_never_moves_the_deadline_past_max_msg_timeout(make_broker):
         again = None
         while again is None:
             assert time.monotonic() - delivered < 5, "never timed out although past max-msg-timeout"
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.25)  # the work, touched every 0.25 s until the cap sends it back
             if inbox.queue.empty():
                 m.touch()
             else:
@@ -584,7 +573,7 @@ def test_stats_counters_are_exact_after_a_concurrent_run(broker):
                     else:
                         m.requeue(time_ms=0 if what == "req0" else 100, backoff=False)
                         mine["req"] += 1
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the clients' own loop: pynsq runs between looks at the inboxes
         await publisher
         ch = await settle(broker, "t_count", "ch", in_flight_count=0, depth=0, deferred_count=0)
         assert ch["message_count"] == n
@@ -647,10 +636,7 @@ def test_emptied_channel_forgets_its_deferred_and_in_flight_messages(broker):
         assert inbox.client(broker)["in_flight_count"] == 0
         await inbox.nothing_for(1.5)  # no deadline of the emptied messages fires
         held.finish()
-        deadline = time.monotonic() + 5
-        while not inbox.errors:
-            assert time.monotonic() < deadline, "FIN of an emptied message was not refused"
-            await asyncio.sleep(0.05)
+        await await_for(lambda: inbox.errors, 5, what="the refusal of the FIN of an emptied message")
         assert inbox.errors == [b"E_FIN_FAILED FIN %s failed ID not in flight" % held.id]
         ch = channel_stats(broker, "t_empty", "ch")
         assert ch["timeout_count"] == 0, ch

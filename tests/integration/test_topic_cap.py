@@ -31,7 +31,7 @@ def test_refuse_policy_refuses_then_recovers(tmp_path):
             except NSQError as exc:
                 refused = str(exc)
                 break
-            time.sleep(0.002)  # let the router's verdict reach the acceptors
+            time.sleep(0.002)  # pacing: the router's verdict reaches the acceptors within the bound below
         conn.close()
         assert refused == "E_MPUB_FAILED MPUB failed topic full", refused
         assert 200 <= accepted <= 320  # the cap, plus what was in flight when it was reached

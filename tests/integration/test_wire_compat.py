@@ -9,7 +9,7 @@ import pytest
 
 from nsqmp.client import Connection
 from nsqmp.client import wire
-from tests.harness import wait_for
+from tests.harness import nothing_within, wait_for
 
 
 def _consumer(broker, topic: str, channel: str, rdy: int = 0, **identify) -> Connection:
@@ -94,8 +94,8 @@ def test_sample_rate_over_timed_out_messages_waiting_in_the_queue(broker):
         sampled.fin(m.id)
     sampled.send(wire.NOP)
     wait_for(lambda: _channels(broker, "sampled_again")["ch"]["in_flight_count"] == 0, what="finished")
-    first.send(wire.rdy(300))  # nothing is left to come back
-    time.sleep(1.5)
+    first.send(wire.rdy(300))
+    nothing_within(first, 1.5)  # nothing is left to come back, past a msg_timeout
     ch = _channels(broker, "sampled_again")["ch"]
     assert (ch["depth"], ch["in_flight_count"], ch["timeout_count"]) == (0, 0, 300), ch
     sampled.close()
@@ -227,7 +227,7 @@ def test_start_time_is_the_brokers_on_every_acceptor(make_broker):
     assert len(times) == 1
     [start] = times
     assert time.time() - 60 < start <= time.time()
-    time.sleep(1.1)  # a respawned acceptor must not report its own, later start
+    time.sleep(1.1)  # a second passes (start_time counts seconds): a respawned acceptor must not report its own
     acceptor = next(pid for name, pid in broker.children().items() if "acceptor" in name)
     os.kill(acceptor, signal.SIGKILL)
     wait_for(lambda: acceptor not in broker.children().values() and len(
@@ -244,7 +244,7 @@ def test_e2e_processing_latency_percentiles(make_broker):
     idle = _consumer(broker, "lat", "idle")  # no FIN there: count 0, values 0
     with Connection.connect(broker.tcp_address) as p:
         p.mpub("lat", [b"a", b"b", b"c"])
-    time.sleep(0.2)  # every message waits at least this long before its FIN
+    time.sleep(0.2)  # the latency measured: every message waits at least this long before its FIN
     for _ in range(3):
         c.fin(c.read_message().id)
 

@@ -23,6 +23,7 @@ import posix_ipc
 import pytest
 
 from nsqmp.ipc.pyring import PyRing, ring_size
+from tests.harness import wait_for
 
 try:
     from nsqmp._native import Ring as NativeRing
@@ -195,13 +196,8 @@ def run_pair(cls, total: int, timeout: float, single: bool = False) -> None:
         raw = b""
         while chunk := os.read(rfd, 4096):
             raw += chunk
-        while True:
-            wpid, status = os.waitpid(pid, os.WNOHANG)
-            if wpid:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError("producer did not exit")
-            time.sleep(0.01)
+        _, status = wait_for(lambda: (w := os.waitpid(pid, os.WNOHANG))[0] and w,
+                             max(0.0, deadline - time.monotonic()), interval=0.01, what="the producer to exit")
         pid = 0
         assert status == 0, f"producer failed, wait status {status}"
         pstats = json.loads(raw)

@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     consumer.start(block=False)
     deadline = time.monotonic() + limit
     while len(got) < want and time.monotonic() < deadline:
-        gevent.sleep(0.05)
+        gevent.sleep(0.05)  # the client's own polling: gevent runs the consumer meanwhile
     gevent.sleep(0.2)  # the last FINs go out before the connections close
     consumer.close()
     consumer.join(timeout=5)

@@ -14,7 +14,7 @@ import nsq
 import orjson
 import pytest
 
-from tests.harness import wait_for
+from tests.harness import await_for, wait_for
 from tests.lookupd.brokers import node, post
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_pynsq_and_gnsq_find_every_broker_and_consume_every_message(cluster):
                 for _ in range(600):  # both clients on all three brokers, found through the lookupds
                     if await loop.run_in_executor(None, everyone_connected):
                         break
-                    await asyncio.sleep(0.1)
+                    await asyncio.sleep(0.1)  # polling: /stats is read off the loop, in the executor
                 else:
                     raise TimeoutError("the clients did not connect to every broker")
                 for k, b in enumerate(brokers):
@@ -104,12 +104,12 @@ def test_pynsq_and_gnsq_find_every_broker_and_consume_every_message(cluster):
                         None, b.http, "POST", "/mpub?topic=events", b"\n".join(bodies[k]))
                     assert (status, text) == (200, b"OK")
                 await asyncio.wait_for(done.wait(), 60)
-                await asyncio.sleep(0.5)  # a duplicate would arrive now
+                await asyncio.sleep(0.5)  # a duplicate would arrive now: the time is what is tested
                 assert len(reader.conns) == 3
             finally:
                 reader.connect_to_nsqd = lambda *a, **k: None  # no reconnect after close
                 reader.close()
-                await asyncio.sleep(0.1)
+                await await_for(lambda: not reader.conns, what="pynsq to see its connections closed")
             return got
 
         got_pynsq = asyncio.run(scenario())

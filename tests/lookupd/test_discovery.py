@@ -10,7 +10,7 @@ import asyncio
 
 import nsq
 
-from tests.harness import wait_for
+from tests.harness import await_for, wait_for
 from tests.lookupd.helpers import broker
 
 TOPIC = "discovered"
@@ -47,7 +47,7 @@ def test_pynsq_reader_finds_the_broker_through_lookupd(make_lookupd, make_broker
             finally:
                 reader.connect_to_nsqd = lambda *a, **k: None  # no reconnect after close
                 reader.close()
-                await asyncio.sleep(0.1)
+                await await_for(lambda: not reader.conns, what="pynsq to see its connections closed")
             return got
 
         got = asyncio.run(consume())

@@ -19,7 +19,7 @@ def test_inactive_producers_are_hidden_until_they_ping(make_lookupd):
         deadline = time.monotonic() + 1.6
         while time.monotonic() < deadline:  # only one of them PINGs
             assert chatty.cmd("PING") == b"OK"
-            time.sleep(0.2)
+            time.sleep(0.2)  # pacing: a PING every 0.2 s while the other one's timeout runs out
         assert _ports(d) == [2]
         assert [n["tcp_port"] for n in d.get("/nodes")["producers"]] == [2]  # /nodes filters inactivity too
         assert d.get("/topics") == {"topics": ["t"]}  # the registration is still there
@@ -27,7 +27,7 @@ def test_inactive_producers_are_hidden_until_they_ping(make_lookupd):
         assert quiet.cmd("PING") == b"OK"  # heard from again: active again
         assert _ports(d) == [1, 2]
         assert quiet.cmd("REGISTER u") == b"OK"  # REGISTER is not a sign of life, PING is
-        time.sleep(1.2)
+        time.sleep(1.2)  # the time is what is tested: past the 1 s inactive timeout
         assert _ports(d, "u") == []
 
 

@@ -75,7 +75,7 @@ def test_identify_dribbled_byte_by_byte(lookupd):
     with V1(lookupd.tcp_port, magic=None) as c:
         for i in range(len(data)):
             c.send(data[i:i + 1])
-            time.sleep(0.001)
+            time.sleep(0.001)  # pacing: each byte in a read of its own
         assert orjson.loads(c.read())["version"] == "1.3.0"
         assert c.read() == b"OK"
     # the connection is gone: the registration went with it, the keys stay

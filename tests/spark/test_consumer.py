@@ -83,7 +83,7 @@ def test_cutoff_sets_later_messages_aside(broker):
     import time
 
     cutoff = time.time_ns()
-    time.sleep(0.01)
+    time.sleep(0.01)  # the clock moves past the cutoff: the later batch is stamped after it
     publish(broker.tcp_address, "cut", [b"new"] * 5)
     c = Consumer([broker.tcp_address], "cut", "c").start()
     try:

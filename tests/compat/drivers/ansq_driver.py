@@ -59,8 +59,8 @@ async def roundtrip(args: argparse.Namespace) -> None:
     errors = await publish(writer, args.topic, expected, deadline)
     cli.emit("published", count=len(expected), errors=errors)
     while len(distinct) < len(expected) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(cli.GRACE)
+        await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
+    await asyncio.sleep(cli.GRACE)  # a late duplicate would arrive now: the time is what is tested
     cli.emit("received", bodies=got, attempts=attempts)
     cli.emit("holding")
     await asyncio.get_running_loop().run_in_executor(None, cli.wait_stdin_line)
@@ -92,8 +92,8 @@ async def redelivery(args: argparse.Namespace) -> None:
     writer = await create_writer([args.address], connection_options=options(args))
     errors = await publish(writer, args.topic, cli.bodies(args), deadline)
     while not seen.complete and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(cli.GRACE)
+        await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
+    await asyncio.sleep(cli.GRACE)  # a late duplicate would arrive now: the time is what is tested
     cli.emit("deliveries", items=seen.items, errors=errors)
     consumer.cancel()
     await reader.close()

@@ -47,7 +47,7 @@ def wait_until(predicate, deadline: float) -> bool:
     while not predicate():
         if time.monotonic() > deadline:
             return False
-        gevent.sleep(0.02)
+        gevent.sleep(0.02)  # the client's own polling, its library runs meanwhile
     return True
 
 
@@ -133,7 +133,7 @@ def roundtrip(args: argparse.Namespace) -> None:
         errors = publish(p, args.topic, expected, deadline)
     cli.emit("published", count=len(expected), errors=errors)
     wait_until(lambda: len(distinct) >= len(expected), deadline)
-    gevent.sleep(cli.GRACE)
+    gevent.sleep(cli.GRACE)  # a late duplicate would arrive now: the time is what is tested
     cli.emit("received", bodies=got, attempts=attempts)
     cli.emit("holding")
     wait_stdin_line()
@@ -165,7 +165,7 @@ def redelivery(args: argparse.Namespace) -> None:
     p = producer(args)
     errors = publish(p, args.topic, cli.bodies(args), deadline)
     wait_until(lambda: seen.complete, deadline)
-    gevent.sleep(cli.GRACE)
+    gevent.sleep(cli.GRACE)  # a late duplicate would arrive now: the time is what is tested
     cli.emit("deliveries", items=seen.items, errors=errors)
     consumer.close()
     p.close()

@@ -36,7 +36,7 @@ async def connected_writer(args: argparse.Namespace) -> nsq.Writer:
     deadline = time.monotonic() + 10
     while not writer.conns:
         assert time.monotonic() < deadline, "pynsq Writer did not connect"
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
     return writer
 
 
@@ -52,7 +52,7 @@ async def publish(writer: nsq.Writer, topic: str, bodies: list[bytes], deadline:
         writer.mpub(topic, bodies[i:i + cli.MPUB_BATCH], callback=lambda conn, data: answers.append(data))
         sent += 1
     while len(answers) < sent and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the client's own polling, its library runs meanwhile
     errors = [str(a) for a in answers if a != b"OK"]
     if len(answers) < sent:
         errors.append(f"only {len(answers)} of {sent} publishes answered")
@@ -78,15 +78,15 @@ async def roundtrip(args: argparse.Namespace) -> None:
     errors = await publish(writer, args.topic, expected, deadline)
     cli.emit("published", count=len(expected), errors=errors)
     while len(distinct) < len(expected) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(cli.GRACE)
+        await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
+    await asyncio.sleep(cli.GRACE)  # a late duplicate would arrive now: the time is what is tested
     cli.emit("received", bodies=got, attempts=attempts)
     cli.emit("holding")
     await asyncio.get_running_loop().run_in_executor(None, cli.wait_stdin_line)
     close_reader(reader)
     for conn in writer.conns.values():
         conn.close()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the client library closes its connections on its own loop
 
 
 async def redelivery(args: argparse.Namespace) -> None:
@@ -113,13 +113,13 @@ async def redelivery(args: argparse.Namespace) -> None:
     writer = await connected_writer(args)
     errors = await publish(writer, args.topic, cli.bodies(args), deadline)
     while not seen.complete and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(cli.GRACE)
+        await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
+    await asyncio.sleep(cli.GRACE)  # a late duplicate would arrive now: the time is what is tested
     cli.emit("deliveries", items=seen.items, errors=errors)
     close_reader(reader)
     for conn in writer.conns.values():
         conn.close()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the client library closes its connections on its own loop
 
 
 async def heartbeat(args: argparse.Namespace) -> None:
@@ -128,7 +128,7 @@ async def heartbeat(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + 10
     while not any(c.connected() for c in reader.conns.values()):
         assert time.monotonic() < deadline, "pynsq Reader did not connect"
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
     cli.emit("subscribed")
     await asyncio.get_running_loop().run_in_executor(None, cli.wait_stdin_line)
     close_reader(reader)
@@ -142,7 +142,7 @@ async def auth(args: argparse.Namespace) -> None:
         answers: list = []
         writer.pub(topic, b"secret-body", callback=lambda conn, data: answers.append(data))
         while not answers and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the client's own polling, its library runs meanwhile
         result[key] = str(answers[0]) if answers else "no answer"
         if answers and answers[0] != b"OK":
             # the broker closes a connection after a fatal error; take a fresh writer
@@ -163,13 +163,13 @@ async def auth(args: argparse.Namespace) -> None:
         reader._on_connection_error = on_error  # bound when the connection is made, later
         end = min(deadline, time.monotonic() + 5)
         while not got and not errors and time.monotonic() < end:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # the client's own polling, its library runs meanwhile
         result[key] = {"received": [b.decode() for b in got], "errors": list(errors)}
         close_reader(reader)
     cli.emit("auth", **result)
     for conn in writer.conns.values():
         conn.close()
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the client library closes its connections on its own loop
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 async function waitUntil(predicate, deadline) {
   while (!predicate()) {
     if (Date.now() > deadline) return false
-    await sleep(20)
+    await sleep(20)  // the client's own polling, its library runs meanwhile
   }
   return true
 }
@@ -116,7 +116,7 @@ async function roundtrip(args) {
   const errors = await publish(writer, args.topic, expected)
   emit('published', {count: expected.length, errors})
   await waitUntil(() => distinct.size >= expected.length, deadline)
-  await sleep(GRACE_MS)
+  await sleep(GRACE_MS)  // a late duplicate would arrive now: the time is what is tested
   emit('received', {bodies: got, attempts})
   emit('holding')
   await stdinLine()
@@ -151,7 +151,7 @@ async function redelivery(args) {
   const writer = await connectedWriter(args)
   const errors = await publish(writer, args.topic, bodies(args))
   await waitUntil(() => finished.size >= args.count, deadline)
-  await sleep(GRACE_MS)
+  await sleep(GRACE_MS)  // a late duplicate would arrive now: the time is what is tested
   emit('deliveries', {items, errors})
   r.close()
   writer.close()

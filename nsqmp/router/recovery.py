@@ -64,7 +64,7 @@ def rescan_acceptor(router, acceptor: int) -> int:
         raw = name.encode()
         if is_ephemeral(raw) or router.plan.router_of(raw) != router.index:
             continue
-        topic = router._topic(raw)
+        topic = router.topic(raw)
         last = topic.hwm.get(acceptor, (-1, -1))
         seqs = sorted(p[1] for p in (parse_name(f) for f in os.listdir(topic.dir))
                       if p is not None and p[0] == acceptor and p[1] >= last[0])
@@ -84,12 +84,12 @@ def rescan_acceptor(router, acceptor: int) -> int:
                 topic.hwm[acceptor] = (seq, offset)
             if msgs:
                 found += len(msgs)
-                router._adopt(topic, msgs, nbytes)
+                topic.adopt(msgs, nbytes)
     return found
 
 
 def recover_topic(router, name: bytes, summary: Summary) -> None:
-    topic = router._topic(name)
+    topic = router.topic(name)
     summary.topics += 1
     meta = metafile.read(topic.dir)
     if meta is not None:
@@ -172,7 +172,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                 per_channel[ch].append((m, due))
         for ch, entries in per_channel.items():
             if entries:
-                router._enqueue(ch, entries, tries[ch])
+                ch.enqueue(entries, tries[ch])
         # a segment nobody needs any more (every record finished) goes now, unless it is
         # its acceptor's newest: that one may still be written to
         topic.release(seg, 0)

@@ -198,10 +198,13 @@ class Channel:
         if f.live > 1:  # it leaves its delivery pass's flight for one of its own
             self.leave(f)
             f = Flight(deadlines.next_token(), c, deadline, f.delivered, 1, [m, attempts])
-            c.flights[f.token] = f
+            c.flights[f.token] = deadlines.tokens[f.token] = f
             self.in_flight.move(msg_id, f)
         f.deadline = deadline
-        deadlines.arm(f)  # a new entry, or the same one moved
+        arms = deadlines.arms  # a new entry, or the same one moved (Deadlines.arm, inline: one TOUCH, one call)
+        arms.append(f.token)
+        arms.append(deadline)
+        deadlines.wake()
 
     def leave(self, f: Flight) -> None:
         """A message has left flight f; the flight's timer entry goes with its last member."""

@@ -43,6 +43,8 @@ def mono(wall_ns: int) -> int:
 
 @dataclass(eq=False)
 class Channel:
+    """One channel of a topic: its queues, its consumers, its in-flight map and its verbs."""
+
     name: bytes
     topic: Topic
     ephemeral: bool = False
@@ -329,6 +331,7 @@ class Channel:
         deadlines.wake()
 
     def stats(self, include_clients: bool) -> dict:
+        """The channel's part of nsqd's /stats (with its clients when asked)."""
         clients = []
         if include_clients:
             for c in self.consumers.values():

@@ -38,6 +38,8 @@ _MAX_IN_MEMORY = 10_000
 
 
 class Router(Role):
+    """A router process: its topics, and the record kind -> handler table that feeds them."""
+
     def __init__(self, opts, plan, index: int, generation: int, doorbells, control_name: str) -> None:
         super().__init__(opts, plan, plan.router_slot(index), generation, doorbells, control_name)
         self.index = index
@@ -85,6 +87,7 @@ class Router(Role):
         return not self.consumers
 
     def setup(self) -> None:
+        """In the child: attach to the rings, then rebuild the owned topics from the files."""
         from nsqmp.router.recovery import recover_owned
 
         # the timer's FIREs before anything else, and in the middle of long work (a delivery pass)
@@ -111,6 +114,7 @@ class Router(Role):
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
     def _periodic_sync(self) -> None:
+        """Every sync-timeout: acks appended and synced, big flights' members trimmed."""
         for topic in self.topics.values():
             topic.sync()
         for c in self.consumers.values():
@@ -119,6 +123,7 @@ class Router(Role):
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
     def started(self) -> None:
+        """Say hello to the acceptors, apply the cap, tell the lookupds what we own."""
         hello = records.HELLO_R.pack(records.R_HELLO, self.index)
         for i in range(self.plan.acceptors):
             self.endpoint.send(self.plan.acceptor_slot(i), hello)
@@ -129,6 +134,7 @@ class Router(Role):
         self.lookup.send_state()
 
     def on_record(self, src: int, rec: bytes) -> None:
+        """One ring record from slot src, to its kind's handler."""
         handler = self.handlers.get(rec[0])
         if handler is None:
             self.log.error("unexpected record kind %d from slot %d", rec[0], src)
@@ -239,6 +245,7 @@ class Router(Role):
             entry[2].consumer.channel.requeue(msg_id, entry, delay_ms)
 
     def on_touch(self, src: int, rec: bytes) -> None:
+        """TOUCH: the message's deadline moves (its own flight if it shared one)."""
         _, conn, msg_id = records.CONN_ID.unpack(rec)
         entry = self._owned(conn, msg_id, "TOUCH")
         if entry is not None:
@@ -258,6 +265,7 @@ class Router(Role):
 
     # -- lookupd and run-time options (from acceptor 0) -------------------------------------------
     def on_lookupds(self, src: int, rec: bytes) -> None:
+        """How many lookupds the broker has now (acceptor 0 keeps it current)."""
         _, self.lookup.lookupds = records.COUNT_U16.unpack(rec)
 
     def on_config(self, src: int, rec: bytes) -> None:
@@ -270,6 +278,7 @@ class Router(Role):
 
     # -- control requests from acceptors ---------------------------------------------------------
     def answer_control(self, src: int, rec: bytes) -> None:
+        """A control request (behind its barrier): stats, memory, or an admin op (admin.py)."""
         _, req_id = records.REQ_ID.unpack_from(rec)
         request = orjson.loads(rec[records.REQ_ID.size:])
         op = request.get("op")

@@ -48,6 +48,8 @@ class TopicLinks:
 
 
 class Topic(TopicFiles):
+    """A topic: its files (TopicFiles), its channels and what it holds for them."""
+
     def __init__(self, name: bytes, data_path: str, mem_queue_size: int,
                  links: TopicLinks | None = None) -> None:
         self.links = links if links is not None else TopicLinks()
@@ -327,6 +329,7 @@ class Topic(TopicFiles):
         self.save_meta()
 
     def restore_counts(self) -> None:
+        """The /stats counters a graceful stop recorded (recovery)."""
         for k in self.TOPIC_COUNTS:
             setattr(self, k, self.meta.counts.get(k, getattr(self, k)))
         by_id = {c.id: c for c in self.channels.values() if c.id}
@@ -337,6 +340,7 @@ class Topic(TopicFiles):
                     setattr(ch, k, cm.counts.get(k, getattr(ch, k)))
 
     def close(self) -> None:
+        """Counts, acks and the ack log to disk (graceful stop or delete)."""
         if self.durable:
             self.save_counts()
         self.flush_acks()
@@ -348,6 +352,7 @@ class Topic(TopicFiles):
         drain_background()
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
+        """The topic's part of nsqd's /stats."""
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]
         depth = len(self.backlog) + self.held_count + len(self.backlog_pending)
         return {

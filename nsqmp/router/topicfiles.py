@@ -27,6 +27,8 @@ log = logging.getLogger("nsqmp.router")
 
 
 class Segment:
+    """One segment file of one acceptor: its references and byte counts."""
+
     __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped", "acked")
 
     def __init__(self, acceptor: int, seq: int, path: str) -> None:
@@ -77,6 +79,7 @@ class TopicFiles:
         return seg
 
     def count_bytes(self, seg: Segment, n: int) -> None:
+        """n more record bytes of seg are the topic's (max-topic-bytes counts them)."""
         seg.bytes += n
         if not seg.dropped:
             self.disk_bytes += n
@@ -95,6 +98,7 @@ class TopicFiles:
             in_background(remove_file, seg.path)
 
     def save_meta(self) -> None:
+        """meta.json now (channels, pauses, start points)."""
         if self.durable:
             try:
                 metafile.write(self.dir, self.meta)
@@ -102,6 +106,7 @@ class TopicFiles:
                 log.error("cannot write the metadata of %s: %s", self.name.decode(), exc)
 
     def ack(self, ch: Channel, seg: Segment, offset: int) -> None:
+        """One message of seg finished on ch, for the ack log."""
         if ch.id:
             self.acks += ACK.pack(ch.id, seg.acceptor, seg.seq, offset)
             seg.acked += 1
@@ -115,6 +120,7 @@ class TopicFiles:
         self.release(seg, len(offsets))
 
     def flush_acks(self) -> None:
+        """Append the acks gathered since the last flush to the ack log."""
         if not self.acks:
             return
         try:
@@ -130,6 +136,7 @@ class TopicFiles:
         self.acks = bytearray()
 
     def sync(self) -> None:
+        """Acks appended and synced; the ack log rewritten when mostly dead."""
         self.flush_acks()
         if self.acklog is not None:
             self.acklog.finish_compaction()  # one that ran since the last sync

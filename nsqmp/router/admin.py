@@ -17,7 +17,7 @@ def _topic(router, request, create: bool = False):
     name = request["topic"].encode()
     topic = router.topics.get(name)
     if topic is None and create:
-        topic = router._topic(name)
+        topic = router.topic(name)
         topic.save_meta()
     return topic
 
@@ -87,7 +87,7 @@ def topic_pause(router, request, paused: bool = True) -> dict:
     topic.paused = topic.meta.paused = paused
     if not paused:
         topic.meta.paused_at = None
-        router.release_held(topic)
+        topic.release_held()
     topic.save_meta()
     return {}
 
@@ -117,7 +117,7 @@ def channel_delete(router, request) -> dict:
     _close_channel(router, ch)
     topic = ch.topic
     topic.meta.channels = [cm for cm in topic.meta.channels if cm.id != ch.id or not ch.id]
-    router._delete_channel(ch)
+    router.delete_channel(ch)
     topic.save_meta()
     return {}
 
@@ -128,7 +128,7 @@ def channel_empty(router, request) -> dict:
     if err:
         return err
     topic = ch.topic
-    router._clear_channel(ch)
+    ch.clear()
     if ch.id:
         ch.start = dict(topic.hwm)  # a restart must not bring the emptied messages back
         for cm in topic.meta.channels:
@@ -147,7 +147,7 @@ def channel_pause(router, request, paused: bool = True) -> dict:
         if cm.id == ch.id and ch.id:
             cm.paused = paused
     ch.topic.save_meta()
-    router._mark(ch)
+    router.delivery.mark(ch)
     return {}
 
 
@@ -155,7 +155,7 @@ def _close_channel(router, ch) -> None:
     """Close the connections subscribed to a channel being deleted (nsqd does the same)."""
     for c in list(ch.consumers.values()):
         router.endpoint.send(records.conn_acceptor(c.conn), records.CONN.pack(records.CLOSE_CONN, c.conn))
-        router._drop_consumer(c)
+        router.subscriptions.drop(c)
 
 
 def config_set(router, request) -> dict:
@@ -184,5 +184,5 @@ OPS = {
     "channel_pause": channel_pause,
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
-    "fire_lateness": lambda r, q: {kind: h.snapshot() for kind, h in r.fire_lateness.items()},
+    "fire_lateness": lambda r, q: {kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()},
 }

@@ -14,7 +14,7 @@ requests are answered in the order they came. Requests arriving meanwhile wait f
 next barrier, so a busy router runs one barrier for many requests. With one acceptor
 there is nothing to overtake, and no barrier.
 
-A SUB that creates its channel waits for a barrier the same way (Router.on_sub), so
+A SUB that creates its channel waits for a barrier the same way (Subscriptions.on_sub), so
 the new channel does not get a deferred message answered on the other acceptor first.
 
 An acceptor that restarts never answers the barrier its old incarnation was sent (its

@@ -77,18 +77,6 @@ class LookupLink:
             r.endpoint.send(self._registrar, bytes((records.CHANNELS_ASK,)) + topic.name)
             r.loop.call_later(r.opts.http_client_request_timeout + _ANSWER_SLACK, self.release, topic, [])
 
-    def hold(self, topic: Topic, msgs: list, nbytes: int) -> None:
-        """Keep a batch for later; its messages keep their segment files alive meanwhile."""
-        assert topic.held is not None
-        if topic.ephemeral:
-            room = max(0, topic.mem_queue_size - topic.held_count)
-            topic.dropped += max(0, len(msgs) - room)
-            msgs = msgs[:room]
-        for m, _ in msgs:
-            if m.segment is not None:
-                m.segment.refs += 1
-        topic.held.append((msgs, nbytes))
-
     def on_channels(self, rec: bytes) -> None:
         name, names_json = records.unpack_channels(rec)
         topic = self.router.topics.get(name)
@@ -112,5 +100,5 @@ class LookupLink:
         for msgs, nbytes in held:
             for m, _ in msgs:
                 if m.segment is not None:
-                    m.segment.refs -= 1  # _adopt counts them again, once per channel
-            r._adopt(topic, msgs, nbytes)
+                    m.segment.refs -= 1  # adopt counts them again, once per channel
+            topic.adopt(msgs, nbytes)

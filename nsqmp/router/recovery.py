@@ -64,7 +64,7 @@ def rescan_acceptor(router, acceptor: int) -> int:
         raw = name.encode()
         if is_ephemeral(raw) or router.plan.router_of(raw) != router.index:
             continue
-        topic = router._topic(raw)
+        topic = router.topic(raw)
         last = topic.hwm.get(acceptor, (-1, -1))
         seqs = sorted(p[1] for p in (parse_name(f) for f in os.listdir(topic.dir))
                       if p is not None and p[0] == acceptor and p[1] >= last[0])
@@ -84,12 +84,14 @@ def rescan_acceptor(router, acceptor: int) -> int:
                 topic.hwm[acceptor] = (seq, offset)
             if msgs:
                 found += len(msgs)
-                router._adopt(topic, msgs, nbytes)
+                topic.adopt(msgs, nbytes)
     return found
 
 
 def recover_topic(router, name: bytes, summary: Summary) -> None:
-    topic = router._topic(name)
+    """Rebuild one topic: its channels from meta.json, then what each still has to
+    deliver from its segment files less the ack log (the module's steps 1-3)."""
+    topic = router.topic(name)
     summary.topics += 1
     meta = metafile.read(topic.dir)
     if meta is not None:
@@ -98,13 +100,48 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
         for cm in meta.channels:
             topic.add_channel(cm.name.encode(), cm.start, cm.id, cm.paused)
             summary.channels += 1
+    finished, acked = _read_acks(topic.dir)
+    saved = _take_saved(meta)
+    files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
+    newest = {a: q for a, q in files}  # sorted: the last seq wins
+    # routers start before acceptors; a restarted router has live writers, whose newest
+    # file may end in a record still being copied: don't resync past that one
+    live_writers = router.generation > 1
+    scan_of = _TopicScan(topic, finished, saved, summary)
+    for acceptor, seq in files:
+        seg = topic.segment(acceptor, seq)
+        seg.acked = acked.pop((acceptor, seq), 0)
+        scan_of.segment(seg, resync=not (live_writers and newest[acceptor] == seq))
+        # a segment nobody needs any more (every record finished) goes now, unless it is
+        # its acceptor's newest: that one may still be written to
+        topic.release(seg, 0)
+    topic.dead_acks += sum(acked.values())  # entries of files gone before this start
+    if meta is not None and meta.counts:
+        topic.restore_counts()  # the numbers /stats showed before the stop, not a recount
+    if any(saved.values()):
+        topic.save_meta()  # the deferred lists are applied: don't apply them twice
+    stats = scan_of.stats
+    if stats.damaged:
+        router.log.error("%s: skipped %d damaged records (%d bytes) and kept reading after them",
+                         name.decode(), stats.damaged, stats.skipped_bytes)
+    summary.damaged += stats.damaged
+    summary.skipped_bytes += stats.skipped_bytes
+
+
+def _read_acks(path: str) -> tuple[dict[int, set[tuple[int, int, int]]], dict[tuple[int, int], int]]:
+    """The ack log: the positions each channel id finished, and the entries per file."""
     finished: dict[int, set[tuple[int, int, int]]] = {}
     acked: dict[tuple[int, int], int] = {}  # ack log entries per file
-    for cid, acceptor, seq, offset in acklog.read(topic.dir):
+    for cid, acceptor, seq, offset in acklog.read(path):
         finished.setdefault(cid, set()).add((acceptor, seq, offset))
         acked[acceptor, seq] = acked.get((acceptor, seq), 0) + 1
-    # REQ-deferred messages a graceful stop wrote down: position -> (due, attempts), per channel
-    # and the attempts of queued messages already delivered before the stop (due 0)
+    return finished, acked
+
+
+def _take_saved(meta) -> dict[int, dict[tuple[int, int, int], tuple[int, int]]]:
+    """REQ-deferred messages a graceful stop wrote down: position -> (due, attempts), per
+    channel, and the attempts of queued messages already delivered before the stop (due
+    0). Taken out of the meta: applied once."""
     saved: dict[int, dict[tuple[int, int, int], tuple[int, int]]] = {}
     if meta is not None:
         for cm in meta.channels:
@@ -112,22 +149,31 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
             saved[cm.id].update({(a, q, o): (due, tries) for a, q, o, due, tries in cm.deferred})
             cm.deferred = []
             cm.attempts = []
-    files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
-    newest = {a: q for a, q in files}  # sorted: the last seq wins
-    # routers start before acceptors; a restarted router has live writers, whose newest
-    # file may end in a record still being copied: don't resync past that one
-    live_writers = router.generation > 1
-    channels = list(topic.channels.values())
-    paused_at = topic.meta.paused_at if topic.paused else None
-    now = time.time_ns()
-    stats = ScanStats()
-    for acceptor, seq in files:
-        seg = topic.segment(acceptor, seq)
-        seg.acked = acked.pop((acceptor, seq), 0)
+    return saved
+
+
+class _TopicScan:
+    """What recovering one topic's segments needs, file after file."""
+
+    def __init__(self, topic, finished: dict, saved: dict, summary: Summary) -> None:
+        self.topic = topic
+        self.channels = list(topic.channels.values())
+        self.finished = finished
+        self.saved = saved
+        self.summary = summary
+        self.paused_at = topic.meta.paused_at if topic.paused else None
+        self.now = time.time_ns()
+        self.stats = ScanStats()
+
+    def segment(self, seg, resync: bool) -> None:
+        """Every record of seg goes where it is outstanding: held at the topic, or in each
+        channel that has not finished it (as a file range when never delivered)."""
+        topic, channels, summary, now = self.topic, self.channels, self.summary, self.now
+        acceptor, seq = seg.acceptor, seg.seq
         per_channel: dict = {ch: [] for ch in channels}
         tries: dict = {ch: {} for ch in channels}
-        resync = not (live_writers and newest[acceptor] == seq)
-        for offset, payload, due in scan(seg.path, stats, resync):
+        paused_at = self.paused_at
+        for offset, payload, due in scan(seg.path, self.stats, resync):
             size = 8 + len(payload) + (8 if due else 0)
             m = None  # a Message only for what does not wait as a file range
             topic.hwm[acceptor] = (seq, offset)
@@ -153,9 +199,9 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                 began = emptied if ch.start is None else ch.start.get(acceptor)
                 if began is not None and (seq, offset) <= tuple(began):
                     continue
-                if pos in finished.get(ch.id, ()):
+                if pos in self.finished.get(ch.id, ()):
                     continue
-                kept = saved.get(ch.id, {}).get(pos)
+                kept = self.saved.get(ch.id, {}).get(pos)
                 if kept is None and not due:
                     # outstanding, never delivered: it waits in the file (router/filequeue.py)
                     ch.pending.add(seg, offset, offset + size, 1)
@@ -172,17 +218,4 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
                 per_channel[ch].append((m, due))
         for ch, entries in per_channel.items():
             if entries:
-                router._enqueue(ch, entries, tries[ch])
-        # a segment nobody needs any more (every record finished) goes now, unless it is
-        # its acceptor's newest: that one may still be written to
-        topic.release(seg, 0)
-    topic.dead_acks += sum(acked.values())  # entries of files gone before this start
-    if meta is not None and meta.counts:
-        topic.restore_counts()  # the numbers /stats showed before the stop, not a recount
-    if any(saved.values()):
-        topic.save_meta()  # the deferred lists are applied: don't apply them twice
-    if stats.damaged:
-        router.log.error("%s: skipped %d damaged records (%d bytes) and kept reading after them",
-                         name.decode(), stats.damaged, stats.skipped_bytes)
-    summary.damaged += stats.damaged
-    summary.skipped_bytes += stats.skipped_bytes
+                ch.enqueue(entries, tries[ch])

@@ -1,67 +1,68 @@
-"""A topic: its channels, the messages waiting for a first channel, and its segment files.
+"""A topic: its channels, the messages waiting for a first channel, and the verbs on
+them (nsqd's topic.go): publish and adopt, fan-out, holding and releasing, the channels,
+and max-topic-bytes. Its files, acks and high-water marks are router/topicfiles.py.
 
-Segment accounting: each message counts once per channel that still has to finish it (or
-once while it waits in the topic for a first channel). A segment file whose count is zero
-and that its acceptor has rolled past (a later segment of the same acceptor was seen) is
-deleted: every channel is done with it.
+A topic reaches beyond itself only through its TopicLinks: the timer link and the
+delivery pass's `mark` (for its channels), the acceptors (TOPIC_FULL), and the options.
 """
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
 
 from nsqmp.diskqueue import meta as metafile
-from nsqmp.diskqueue.acklog import ENTRY as ACK
-from nsqmp.diskqueue.acklog import AckLog, pack_file
-from nsqmp.diskqueue.layout import topic_dir
-from nsqmp.diskqueue.segment import drain_background, in_background, remove_file, segment_path
+from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD, drain_background
+from nsqmp.ipc import records
 from nsqmp.protocol.names import is_ephemeral
+from nsqmp.router import cap
+from nsqmp.router.channel import Channel, unmarked
+from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.filequeue import FileQueue, read_span
 from nsqmp.router.latency import E2eLatency, aggregate
-from nsqmp.router.channel import Channel
-from nsqmp.router.filequeue import FileQueue
+from nsqmp.router.readback import read_messages
+from nsqmp.router.topicfiles import Segment, TopicFiles
 
-_COMPACT_MIN = 100_000  # dead entries before the ack log is worth a rewrite
+__all__ = ["Segment", "Topic", "TopicLinks"]
+
+_RECORD_OVERHEAD = RECORD_HEAD.size + MIN_PAYLOAD  # a record's bytes besides its body and due time
+_DUE_SIZE = 8  # a DEFER record's due time
 log = logging.getLogger("nsqmp.router")
 
 
-class Segment:
-    __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped", "acked")
-
-    def __init__(self, acceptor: int, seq: int, path: str) -> None:
-        self.acceptor = acceptor
-        self.seq = seq
-        self.refs = 0
-        self.path = path
-        self.bytes = 0  # record bytes adopted from this file
-        self.dropped = False  # its queued copies were dropped (drop-oldest): bytes no longer counted
-        self.acked = 0  # entries of the topic's ack log that name this file
+def _nowhere(rec: bytes) -> None:
+    pass
 
 
-class Topic:
-    def __init__(self, name: bytes, data_path: str, mem_queue_size: int) -> None:
-        self.name = name
-        self.ephemeral = is_ephemeral(name)
-        self.dir = topic_dir(data_path, name.decode())
+@dataclass(eq=False)
+class TopicLinks:
+    """What a topic's verbs reach beyond the topic; one for all of a router's topics."""
+    deadlines: Deadlines = field(default_factory=lambda: Deadlines(0, 0, 1 << 16))
+    mark: Callable[[Channel], None] = unmarked  # Delivery.mark
+    to_acceptors: Callable[[bytes], None] = _nowhere  # a record for every acceptor (TOPIC_FULL)
+    acks_due: set = field(default_factory=set)  # topics with acks for the end of the tick
+    max_topic_bytes: int = 0  # the options (Router.apply_config keeps them current)
+    topic_full_policy: str = "drop-oldest"
+
+
+class Topic(TopicFiles):
+    """A topic: its files (TopicFiles), its channels and what it holds for them."""
+
+    def __init__(self, name: bytes, data_path: str, mem_queue_size: int,
+                 links: TopicLinks | None = None) -> None:
+        self.links = links if links is not None else TopicLinks()
+        super().__init__(name, data_path, self.links.acks_due)
         self.mem_queue_size = mem_queue_size  # #ephemeral: what it holds at most (more are dropped)
-        self.in_memory = mem_queue_size  # durable: queued as objects per channel before ranges (Router)
-        self.meta = metafile.TopicMeta()
-        # last record adopted per acceptor stream: (seq, offset); a PUBLISH at or below it
-        # was already recovered from the files
-        self.hwm: dict[int, tuple[int, int]] = {}
-        self.acklog: AckLog | None = None
-        self.acks = bytearray()  # FINs not yet appended to the log (packed acklog entries)
-        self.dead_acks = 0  # entries of the ack log naming deleted files (Segment.acked of each)
+        self.in_memory = mem_queue_size  # durable: queued as objects per channel before ranges
         self.channels: dict[bytes, Channel] = {}
         self.backlog: deque = deque()  # (Message, due_ns) held: no channel yet, or the topic is paused
         self.backlog_pending = FileQueue()  # more of them, behind the backlog, still in the files
-        self.segments: dict[tuple[int, int], Segment] = {}
-        self.latest_seq: dict[int, int] = {}  # acceptor -> highest segment seq seen
         self.message_count = 0
         self.message_bytes = 0
         self.dropped = 0
         self.paused = False
-        self.disk_bytes = 0  # record bytes in segment files not yet deleted or dropped
         self.full = False  # refusing publishes (max-topic-bytes, policy refuse)
         self.e2e: tuple[float, tuple[float, ...]] | None = None  # (window s, percentiles)
         # a new topic while lookupds are configured: its messages wait here, unassigned,
@@ -73,57 +74,33 @@ class Topic:
     def held_count(self) -> int:
         return sum(len(msgs) for msgs, _ in self.held) if self.held else 0
 
-    def segment(self, acceptor: int, seq: int) -> Segment:
-        key = (acceptor, seq)
-        seg = self.segments.get(key)
-        if seg is None:
-            seg = self.segments[key] = Segment(acceptor, seq, segment_path(self.dir, acceptor, seq))
-            if seq > self.latest_seq.get(acceptor, -1):
-                self.latest_seq[acceptor] = seq
-                # the acceptor rolled: older finished segments can go now
-                for old in [s for s in self.segments.values() if s.acceptor == acceptor and s.seq < seq]:
-                    self.release(old, 0)
-        return seg
-
-    def count_bytes(self, seg: Segment, n: int) -> None:
-        seg.bytes += n
-        if not seg.dropped:
-            self.disk_bytes += n
-
-    def release(self, seg: Segment, count: int = 1) -> None:
-        seg.refs -= count
-        if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
-            del self.segments[(seg.acceptor, seg.seq)]
-            self.dead_acks += seg.acked
-            if not seg.dropped:
-                self.disk_bytes -= seg.bytes
-            # off the loop: freeing a 100 MB file's pages took up to 95 ms. The syncing
-            # thread runs its jobs in order, so a later rewrite of the ack log that drops
-            # this file's entries never overtakes the deletion.
-            in_background(remove_file, seg.path)
-
-    @property
-    def durable(self) -> bool:
-        return not self.ephemeral
-
-    def get_channel(self, name: bytes, start: dict | None = None) -> tuple[Channel, list]:
-        """The channel, created if missing, and the backlog it adopts (the first channel
-        takes every message published before any channel existed). A later channel starts
-        after the records adopted so far, or after `start` when given."""
+    # -- channels ----------------------------------------------------------------------------
+    def get_channel(self, name: bytes, start: dict | None = None) -> Channel:
+        """The channel, created if missing. The first one takes every message published
+        before any channel existed (the backlog); a later one starts after the records
+        adopted so far, or after `start` when given (where holding began, while held)."""
         ch = self.channels.get(name)
+        if ch is not None:
+            return ch
+        if start is None and self.held is not None:
+            start = self.hold_start  # the held messages are this channel's too
+        first = not self.channels
+        ch = self.add_channel(name, start=None if first else dict(start) if start is not None
+                              else self.held_from())
         adopted: list = []
-        if ch is None:
-            first = not self.channels
-            ch = self.add_channel(name, start=None if first else dict(start) if start is not None
-                                  else self.held_from())
-            if first and self.backlog and not self.paused:  # a paused topic keeps holding
-                adopted = list(self.backlog)
-                self.backlog.clear()
-            if first and self.backlog_pending and not self.paused:
-                ch.message_count += len(self.backlog_pending)
-                ch.pending.extend(self.backlog_pending)  # their refs become the channel's
-            self.save_meta()
-        return ch, adopted
+        if first and self.backlog and not self.paused:  # a paused topic keeps holding
+            adopted = list(self.backlog)
+            self.backlog.clear()
+        if first and self.backlog_pending and not self.paused:
+            ch.message_count += len(self.backlog_pending)
+            ch.pending.extend(self.backlog_pending)  # their refs become the channel's
+        self.save_meta()
+        if adopted:
+            for m, _ in adopted:  # the backlog's refs become the channel's
+                if m.segment is not None:
+                    m.segment.refs -= 1
+            ch.enqueue(adopted)
+        return ch
 
     def held_from(self) -> dict[int, tuple[int, int]]:
         """Per acceptor stream, the last record before what the topic holds (its backlog):
@@ -138,8 +115,11 @@ class Topic:
         return start
 
     def add_channel(self, name: bytes, start: dict | None, cid: int = 0, paused: bool = False) -> Channel:
+        """A new channel with these saved fields (recovery), or a new id in the meta."""
         ephemeral = is_ephemeral(name)
-        ch = self.channels[name] = Channel(name, self, ephemeral=ephemeral, paused=paused)
+        links = self.links
+        ch = self.channels[name] = Channel(name, self, ephemeral=ephemeral, paused=paused,
+                                           deadlines=links.deadlines, mark=links.mark)
         if self.e2e is not None:
             ch.e2e = E2eLatency(*self.e2e)
         if not ephemeral and self.durable:
@@ -151,53 +131,183 @@ class Topic:
             ch.start = start
         return ch
 
-    def save_meta(self) -> None:
-        if self.durable:
+    def delete_channel(self, ch: Channel) -> bool:
+        """Forget the channel and everything it holds; False if it was gone already."""
+        if self.channels.pop(ch.name, None) is None:
+            return False
+        ch.clear()
+        return True
+
+    # -- publish -----------------------------------------------------------------------------
+    def publish(self, acceptor: int, seq: int, offset: int, count: int, size: int,
+                blob: memoryview | None) -> None:
+        """Take a batch of `count` records, [offset, offset + size) of the acceptor's file
+        seq: as a file range where it can, else as queue entries from blob, the records'
+        copy, or (None) read from the file."""
+        durable = seq != records.MEMORY_ONLY
+        # records at or below the stream's high-water mark were already taken from the files
+        # (a recovery or rescan may have seen part of this very batch): skip them one by one
+        last = self.hwm.get(acceptor, (-1, -1)) if durable else (-1, -1)
+        span_end = offset + size  # the batch's records are [offset, span_end) of seg
+        if durable and (seq, span_end - 1) <= last:
+            return
+        seg = self.segment(acceptor, seq) if durable else None
+        lazy: list[Channel | None] = []  # channels that take this batch as a file range
+        deferred_batch = blob is not None and len(blob) > 3 and blob[3] & 0x80  # its first record's DEFER bit
+        if (durable and self.held is None and not self.paused and size > 0 and (seq, offset) > last
+                and not deferred_batch):  # the whole batch is new, not deferred, not held
+            lazy = self.lazy()
+            if len(lazy) == max(1, len(self.channels)):
+                self.adopt_range(seg, offset, span_end, count)
+                if self.links.max_topic_bytes:
+                    self.check_cap()
+                return
+        if blob is None:
+            assert seg is not None  # PUBLISH_AT: always durable
             try:
-                metafile.write(self.dir, self.meta)
+                blob = memoryview(read_span(seg.path, offset, size))
             except OSError as exc:
-                log.error("cannot write the metadata of %s: %s", self.name.decode(), exc)
-
-    def ack(self, ch: Channel, seg: Segment, offset: int) -> None:
-        if ch.id:
-            self.acks += ACK.pack(ch.id, seg.acceptor, seg.seq, offset)
-            seg.acked += 1
-
-    def finish(self, ch: Channel, seg: Segment, offsets: list[int]) -> None:
-        """Messages of seg at these offsets are finished on ch: acknowledged (a durable
-        channel's ack log gets their entries) and their file references released."""
-        if ch.id:
-            self.acks += pack_file(ch.id, seg.acceptor, seg.seq, offsets)
-            seg.acked += len(offsets)
-        self.release(seg, len(offsets))
-
-    def flush_acks(self) -> None:
-        if not self.acks:
+                # the records stay in the file (no refs taken, hwm not moved): a restart recovers them
+                log.error("cannot read published records of %s: %s", seg.path, exc)
+                return
+        # every record of the batch as a (Message, due_ns) entry, in one call
+        msgs, consumed, deferred = read_messages(blob, offset, size, seg)
+        if durable and msgs and (seq, msgs[-1][0].offset) > last:
+            self.hwm[acceptor] = (seq, msgs[-1][0].offset)
+        if msgs and (seq, offset) <= last:  # part of the batch was taken from the files already
+            msgs = [e for e in msgs if (seq, e[0].offset) > last]
+            if msgs:
+                consumed = offset + consumed - msgs[0][0].offset  # the new records are the batch's tail
+                deferred = sum(1 for _, due in msgs if due)
+        # bodies are what the records hold past each one's head, message header and (DEFER
+        # records, those with a due time) due time
+        nbytes = consumed - _RECORD_OVERHEAD * len(msgs) - _DUE_SIZE * deferred
+        if not msgs:
             return
-        try:
-            if self.acklog is None:
-                self.acklog = AckLog(self.dir)
-            self.acklog.append(self.acks)
-            self.acklog.finish_compaction()  # a rewrite under way moves on as soon as it can
-        except OSError as exc:
-            # kept for the next try: until then a restart would deliver these again
-            log.error("cannot append %d acknowledgements of %s: %s", len(self.acks) // ACK.size,
-                      self.name.decode(), exc)
+        if seg is not None:
+            self.count_bytes(seg, consumed)
+        self.adopt(msgs, nbytes, lazy, (seg, offset, span_end, count))
+        if seg is not None and self.links.max_topic_bytes:
+            self.check_cap()
+
+    def lazy(self) -> list[Channel | None]:
+        """Where a new batch goes as a file range rather than as objects: the durable
+        channels that already hold their in-memory share (mem-queue-size messages) or have
+        ranges queued; [None] for the topic's own backlog when it has no channel and is in
+        the same state."""
+        bound = self.in_memory
+        if not self.channels:
+            return [None] if self.backlog_pending or len(self.backlog) >= bound else []
+        return [ch for ch in self.channels.values()
+                if not ch.ephemeral and (ch.pending or len(ch.ready) >= bound)]
+
+    def adopt_range(self, seg: Segment, start: int, end: int, count: int) -> None:
+        """A batch of `count` records [start, end) of seg, left in the file for now."""
+        size = end - start
+        self.hwm[seg.acceptor] = (seg.seq, end - 1)  # past every record of the batch
+        self.count_bytes(seg, size)
+        self.message_count += count
+        self.message_bytes += size - count * _RECORD_OVERHEAD
+        self.queue_range((seg, start, end, count), list(self.channels.values()))
+
+    def queue_range(self, span: tuple, channels: list[Channel]) -> None:
+        """The records of span (segment, start, end, count) wait in the file: in each of
+        these channels' file queues, or in the topic's own when there is no channel."""
+        seg, start, end, count = span
+        if not channels:
+            self.backlog_pending.add(seg, start, end, count)
+            seg.refs += count
             return
-        self.acks = bytearray()
+        for ch in channels:
+            ch.pending.add(seg, start, end, count)
+            seg.refs += count
+            ch.message_count += count
+            ch.mark(ch)
 
-    def sync(self) -> None:
-        self.flush_acks()
-        if self.acklog is not None:
-            self.acklog.finish_compaction()  # one that ran since the last sync
-            self.acklog.sync()
-            # entries of deleted segments are dead weight: rewrite once they are most of the
-            # log (each rewrite then removes at least half of what it reads: O(1) per FIN)
-            if not self.acklog.compacting and self.dead_acks > max(_COMPACT_MIN, self.acklog.entries // 2):
-                live = {(s.acceptor, s.seq) for s in self.segments.values()}
-                self.acklog.compact_soon(live)
-                self.dead_acks = 0
+    def adopt(self, msgs: list, nbytes: int, lazy: list | None = None, span: tuple | None = None) -> None:
+        """Take new (Message, due_ns) entries: fan out to every channel, or keep for the first.
 
+        The channels in `lazy` take the whole batch as the file range `span` (segment,
+        start, end, count) instead, and a lazy topic backlog ([None]) likewise.
+        """
+        if self.held is not None:  # a new topic waiting for the lookupds' channels
+            self.hold(msgs, nbytes)
+            return
+        self.message_count += len(msgs)
+        self.message_bytes += nbytes
+        channels = list(self.channels.values())
+        if lazy and span is not None and not self.paused:
+            self.queue_range(span, [ch for ch in lazy if ch is not None])
+            if not channels:
+                return
+            channels = [ch for ch in channels if ch not in lazy]
+        if not channels or self.paused:  # held at the topic, as nsqd's topic messagePump
+            if self.ephemeral:
+                room = max(0, self.mem_queue_size - len(self.backlog))
+                self.dropped += max(0, len(msgs) - room)
+                msgs = msgs[:room]
+            self.backlog.extend(msgs)
+            for m, _ in msgs:
+                if m.segment is not None:
+                    m.segment.refs += 1
+            return
+        self.fan_out(msgs, channels)
+
+    def fan_out(self, msgs: list, channels: list[Channel]) -> None:
+        """A copy of every (Message, due_ns) for each channel."""
+        for ch in channels:
+            if ch.ephemeral or self.ephemeral:
+                room = max(0, self.mem_queue_size - len(ch.ready))
+                take = msgs[:room]
+                self.dropped += len(msgs) - len(take)
+            else:
+                take = msgs
+            ch.enqueue(take)
+
+    def hold(self, msgs: list, nbytes: int) -> None:
+        """A new topic waiting for the lookupds (router/lookup.py) keeps a batch for
+        later; its messages keep their segment files alive meanwhile."""
+        assert self.held is not None
+        if self.ephemeral:
+            room = max(0, self.mem_queue_size - self.held_count)
+            self.dropped += max(0, len(msgs) - room)
+            msgs = msgs[:room]
+        for m, _ in msgs:
+            if m.segment is not None:
+                m.segment.refs += 1
+        self.held.append((msgs, nbytes))
+
+    def release_held(self) -> None:
+        """Unpaused: hand what the topic held to its channels (without any it keeps them)."""
+        if not self.channels:
+            return
+        if self.backlog_pending:  # held since before the topic had channels, still in the files
+            pending = self.backlog_pending
+            count = len(pending)
+            channels = list(self.channels.values())
+            for ch in channels[1:]:  # a copy of each range for every other channel
+                for seg, start, end, n in pending.ranges:
+                    ch.pending.add(seg, start, end, n)
+                    seg.refs += n
+            for ch in channels:
+                ch.message_count += count
+                ch.mark(ch)
+            channels[0].pending.extend(pending)  # the topic's refs become the first channel's
+        if not self.backlog:
+            return
+        held = list(self.backlog)
+        self.backlog.clear()
+        for m, _ in held:  # the topic's file references become the channels'
+            if m.segment is not None:
+                m.segment.refs -= 1
+        self.fan_out(held, list(self.channels.values()))
+
+    # -- max-topic-bytes (router/cap.py) -------------------------------------------------------
+    def check_cap(self) -> None:
+        """Apply topic-full-policy when the topic's files pass max-topic-bytes."""
+        cap.check(self)
+
+    # -- persistence and stats -----------------------------------------------------------------
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
     CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")
 
@@ -219,6 +329,7 @@ class Topic:
         self.save_meta()
 
     def restore_counts(self) -> None:
+        """The /stats counters a graceful stop recorded (recovery)."""
         for k in self.TOPIC_COUNTS:
             setattr(self, k, self.meta.counts.get(k, getattr(self, k)))
         by_id = {c.id: c for c in self.channels.values() if c.id}
@@ -229,6 +340,7 @@ class Topic:
                     setattr(ch, k, cm.counts.get(k, getattr(ch, k)))
 
     def close(self) -> None:
+        """Counts, acks and the ack log to disk (graceful stop or delete)."""
         if self.durable:
             self.save_counts()
         self.flush_acks()
@@ -240,6 +352,7 @@ class Topic:
         drain_background()
 
     def stats(self, channel: str | None, include_clients: bool) -> dict:
+        """The topic's part of nsqd's /stats."""
         chans = [c for name, c in sorted(self.channels.items()) if channel is None or name.decode() == channel]
         depth = len(self.backlog) + self.held_count + len(self.backlog_pending)
         return {

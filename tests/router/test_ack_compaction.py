@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from nsqmp.diskqueue import acklog
 from nsqmp.diskqueue.segment import drain_background
-from nsqmp.router import topic as topic_module
+from nsqmp.router import topicfiles
 from nsqmp.router.topic import Topic
 
 
@@ -24,7 +24,7 @@ def _sync(topic: Topic) -> None:
 
 
 def test_log_is_rewritten_once_dead_entries_are_most_of_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(topic_module, "_COMPACT_MIN", 10)
+    monkeypatch.setattr(topicfiles, "_COMPACT_MIN", 10)
     topic = Topic(b"acks", str(tmp_path), 100)
     ch = topic.add_channel(b"ch", None)
     first = topic.segment(0, 0)
@@ -50,7 +50,7 @@ def test_log_is_rewritten_once_dead_entries_are_most_of_it(tmp_path, monkeypatch
 
 
 def test_live_entries_alone_never_cause_a_rewrite(tmp_path, monkeypatch):
-    monkeypatch.setattr(topic_module, "_COMPACT_MIN", 10)
+    monkeypatch.setattr(topicfiles, "_COMPACT_MIN", 10)
     topic = Topic(b"live", str(tmp_path), 100)
     ch = topic.add_channel(b"ch", None)
     seg = topic.segment(0, 0)

@@ -1,0 +1,70 @@
+"""What a channel hands out and holds back: its consumers, their flights, its deferred slots.
+
+Plain data; the verbs that change them are the channel's (router/channel.py). The field
+names and Flight's argument order are read elsewhere: native/inflight.c reads a flight's
+`live` and `consumer` by name, and the delivery pass builds Flight(...) positionally.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsqmp.router.channel import Channel
+
+__all__ = ["DEFER_SLOT_NS", "Consumer", "Deferred", "Flight"]
+
+
+@dataclass(eq=False)
+class Consumer:
+    """A subscribed connection: its credit (RDY) and what it has in flight."""
+    conn: int
+    channel: "Channel"
+    info: dict
+    rdy: int = 0
+    in_flight: int = 0
+    message_count: int = 0
+    finish_count: int = 0
+    requeue_count: int = 0
+    closing: bool = False
+    flights: dict = field(default_factory=dict)  # token -> Flight: what it has in flight
+
+    @property
+    def credit(self) -> int:
+        return 0 if self.closing else self.rdy - self.in_flight
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """The messages one delivery pass handed to one consumer: one deadline, one timer entry.
+
+    A message leaves its flight when it is finished, requeued or touched (a TOUCH gives it
+    a flight of its own); the timer entry is disarmed when the last one has left, and the
+    flight's messages still in it time out together when it fires. Which members are
+    still in it is the channel's InFlightMap's to say (each entry names its flight).
+    """
+    token: int
+    consumer: Consumer
+    deadline: int  # CLOCK_MONOTONIC ns
+    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
+    live: int = 0  # members still in this flight
+    # what it went out with, flat: Message, attempts, Message, attempts, ... (the map's
+    # land/expire put them back in the queue from this; see native/inflight.c)
+    members: list = field(default_factory=list)
+
+
+# Deferred messages of a channel due within the same DEFER_SLOT_NS share one timer entry
+DEFER_SLOT_NS = 1_000_000
+
+
+@dataclass(slots=True, eq=False)
+class Deferred:
+    """A channel's deferred messages due in one millisecond (DEFER_SLOT_NS): one token and
+    one timer entry, which fires at the end of that millisecond, never before a due time.
+    A million DPUBs spread over 20 s are 20,000 of these, not a million objects, tokens
+    and timer entries."""
+    token: int
+    channel: "Channel"
+    slot: int  # CLOCK_MONOTONIC ns // DEFER_SLOT_NS of every due time in it
+    deadline: int  # CLOCK_MONOTONIC ns: the end of that slot
+    entries: list = field(default_factory=list)  # (Message, attempts), in arrival order

@@ -1,0 +1,138 @@
+"""The router's record dispatch (router/role.py, router/subscriptions.py) as a transcript:
+a real Router object and a real (not running) event loop, fed ring records directly; what
+it sends goes to a list in place of its endpoint."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import orjson
+import pytest
+
+from nsqmp.config import loader
+from nsqmp.diskqueue.segment import encode
+from nsqmp.ipc import records
+from nsqmp.ipc.mesh import Plan
+from nsqmp.protocol.frames import MESSAGE_HEADER
+from nsqmp.router.role import Router
+
+CONN = records.conn_id(1, 1, 7)  # a connection of acceptor 1
+
+
+class Rings:
+    """What the dispatch and the delivery pass use of an Endpoint; records sent, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes]] = []
+
+    def send(self, dst: int, rec: bytes) -> None:
+        self.sent.append((dst, rec))
+
+    def flush(self) -> None:
+        pass
+
+    def urgent_waiting(self) -> bool:
+        return False
+
+    def drain_urgent(self, on_record) -> None:
+        pass
+
+    def take(self, kind: int) -> list[tuple[int, bytes]]:
+        found = [(dst, rec) for dst, rec in self.sent if rec[0] == kind]
+        self.sent = [(dst, rec) for dst, rec in self.sent if rec[0] != kind]
+        return found
+
+
+@pytest.fixture
+def router(tmp_path):
+    opts = loader.load(["--data-path", str(tmp_path)], environ={})
+    r = Router(opts, Plan(os.getpid(), 2, 2, 8 << 20), 0, 1, [], "unused")
+    r.loop = asyncio.new_event_loop()
+    r.endpoint = Rings()  # type: ignore[assignment]
+    r.delivery.attach(r.endpoint, r.on_record)
+    yield r
+    for topic in r.topics.values():
+        topic.close()
+    r.loop.close()
+
+
+def tick(router) -> None:
+    """Run what the router scheduled on its loop (a delivery pass and the tick's end)."""
+    router.loop.run_until_complete(asyncio.sleep(0))
+
+
+def subscribe(router, topic: bytes, channel: bytes) -> None:
+    """SUB to a new channel: it waits for both acceptors' BARRIER_OK."""
+    router.on_record(1, records.sub(CONN, topic, channel, orjson.dumps({"msg_timeout": 60000})))
+    barriers = router.endpoint.take(records.BARRIER)
+    assert sorted(dst for dst, _ in barriers) == [0, 1] and not router.endpoint.take(records.SUB_OK)
+    for dst, rec in barriers:
+        _, barrier = records.BARRIER_ID.unpack(rec)
+        router.on_record(dst, records.BARRIER_ID.pack(records.BARRIER_OK, barrier))
+    assert router.endpoint.take(records.SUB_OK) == [(1, records.CONN.pack(records.SUB_OK, CONN))]
+
+
+def publish(router, topic: bytes, bodies: list[bytes]) -> list[bytes]:
+    ids = [b"%016x" % k for k in range(len(bodies))]
+    blob = encode([MESSAGE_HEADER.pack(1000, 0, i) + b for i, b in zip(ids, bodies)])
+    router.on_record(0, records.publish(0, records.MEMORY_ONLY, 0, len(bodies), topic, blob))
+    return ids
+
+
+def test_sub_rdy_deliver_fin_gone(router):
+    subscribe(router, b"t#ephemeral", b"c")
+    ids = publish(router, b"t#ephemeral", [b"a", b"b", b"c"])
+    router.on_record(1, records.CONN_U32.pack(records.RDY, CONN, 2))
+    tick(router)
+    (deliver,) = router.endpoint.take(records.DELIVER)
+    assert deliver[0] == 1 and records.CONN.unpack_from(deliver[1])[1] == CONN
+    assert ids[0] in deliver[1] and ids[1] in deliver[1] and ids[2] not in deliver[1]
+    (arm,) = router.endpoint.take(records.ARM)
+    assert arm[0] == router.plan.timer_slot and len(records.unpack_arm(arm[1])) == 1
+    router.on_record(1, records.CONN.pack(records.FIN, CONN) + ids[0] + b"x" * 16)
+    (err,) = router.endpoint.take(records.CONN_ERR)
+    assert err[1].endswith(b"E_FIN_FAILED FIN xxxxxxxxxxxxxxxx failed ID not in flight")
+    ch = router.topics[b"t#ephemeral"].channels[b"c"]
+    c = router.consumers[CONN]
+    assert c.finish_count == 1 and c.in_flight == 1
+    router.on_record(1, records.CONN.pack(records.GONE, CONN))  # b comes back at once, first
+    assert [(m.body, tries) for m, tries in ch.ready] == [(b"b", 1), (b"c", 0)]
+    assert CONN not in router.consumers
+
+
+def test_gone_requeues_in_flight_at_once_on_a_durable_channel(router):
+    subscribe(router, b"t", b"c")
+    publish(router, b"t", [b"a", b"b"])
+    router.on_record(1, records.CONN_U32.pack(records.RDY, CONN, 5))
+    tick(router)
+    ch = router.topics[b"t"].channels[b"c"]
+    assert len(ch.in_flight) == 2 and not ch.ready
+    router.endpoint.sent.clear()
+    router.on_record(1, records.CONN.pack(records.GONE, CONN))
+    assert [(m.body, tries) for m, tries in ch.ready] == [(b"a", 1), (b"b", 1)]
+    assert ch.requeue_count == 2 and not ch.consumers and not router.deadlines.tokens
+    tick(router)
+    (disarm,) = router.endpoint.take(records.DISARM)
+    assert len(records.unpack_tokens(disarm[1])) == 1
+
+
+def test_an_ephemeral_channel_goes_with_its_last_consumer(router):
+    subscribe(router, b"t", b"c#ephemeral")
+    topic = router.topics[b"t"]
+    assert b"c#ephemeral" in topic.channels
+    router.on_record(1, records.CONN.pack(records.GONE, CONN))
+    assert not topic.channels and b"t" in router.topics  # a durable topic stays
+
+
+def test_a_fire_record_requeues_the_flight_and_the_next_pass_redelivers(router):
+    subscribe(router, b"t", b"c")
+    publish(router, b"t", [b"a"])
+    router.on_record(1, records.CONN_U32.pack(records.RDY, CONN, 1))
+    tick(router)
+    router.endpoint.take(records.DELIVER)
+    (token,) = router.consumers[CONN].flights
+    router.on_record(router.plan.timer_slot, records.tokens(records.FIRE, [token]))
+    tick(router)
+    (deliver,) = router.endpoint.take(records.DELIVER)
+    ch = router.topics[b"t"].channels[b"c"]
+    assert ch.timeout_count == 1 and len(ch.in_flight) == 1 and deliver[1].endswith(b"a")

@@ -44,7 +44,7 @@
 
 #include "message.h"
 
-#define ID_LEN 16
+#define ID_LEN NQL_ID  /* layouts.h, via message.h */
 #define MIN_CAP 16
 #define STEP 16        /* old slots moved by each operation while a resize runs */
 

@@ -8,11 +8,10 @@ from typing import Any
 
 import orjson
 
+from nsqmp.layouts import FRAME_ERROR, FRAME_HEAD as _FRAME, FRAME_MESSAGE, FRAME_RESPONSE, MESSAGE_HEAD as _MSG
+
 MAGIC = b"  V2"
-FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2
 _I32 = struct.Struct(">i")
-_FRAME = struct.Struct(">ii")
-_MSG = struct.Struct(">qH16s")
 
 
 @dataclass

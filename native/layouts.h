@@ -1,0 +1,76 @@
+/*
+ * layouts.h -- the byte layouts C and Python both read and write: the segment
+ * file (its header and records), a record's due time, the NSQ message header
+ * and the NSQ frame head.  Each is drawn once, here; the Python declarations
+ * are in nsqmp/layouts.py (its pure-Python twin, same names without the NQL_
+ * prefix) and tests/test_layouts.py holds the two equal through
+ * nsqmp._native.layouts (layouts.c).  The ring's header and records are drawn
+ * in ring.h (NQR_), the deadline heap's entries in heap.h.
+ *
+ * Segment file (little-endian; one writer: the acceptor, nsqmp/diskqueue/segment.py):
+ *
+ *   0            4         6          8       12                       64
+ *   +------------+---------+----------+-------+------------------------+
+ *   | magic NQSG | version | acceptor | seq   | reserved (zero)        |
+ *   |            | u16 = 1 | u16      | u32   |                        |
+ *   +------------+---------+----------+-------+------------------------+
+ *   64: records, back to back, no alignment; a length word of 0 where a
+ *   record would start marks the end of what was written.
+ *
+ * Segment record (written by publish.h's encoder, read by readback.h):
+ *
+ *   +----------------------+------------+-------------+-------------------------+
+ *   | length u32 (LE)      | crc32c u32 | [due i64 LE]| message header | body   |
+ *   | bit 31: DEFER        | (LE) of    |  only with  | (26 bytes,     |        |
+ *   | bits 0-30: bytes     | everything |  DEFER: unix|  below)        |        |
+ *   |   after the crc      | after it   |  ns, due at |                |        |
+ *   +----------------------+------------+-------------+----------------+--------+
+ *
+ *   Limits: NQL_MESSAGE_HEAD (+ NQL_DUE with DEFER) <= length <= NQL_LENGTH_MASK
+ *   (and <= max-msg-size + 34 in practice).  Record size = NQL_RECORD_HEAD + length.
+ *
+ * NSQ message header (big-endian; the data of a message frame, and the payload
+ * of a segment record past its due time):
+ *
+ *   0               8              10                26
+ *   +---------------+--------------+-----------------+------+
+ *   | timestamp i64 | attempts u16 | id: 16 bytes,   | body |
+ *   | ns since epoch|              | ASCII hex       |      |
+ *   +---------------+--------------+-----------------+------+
+ *
+ * NSQ frame (server to client, big-endian):
+ *
+ *   +-----------+-----------+------+
+ *   | size i32  | type i32  | data |   size = 4 + len(data)
+ *   +-----------+-----------+------+   type 0 = response, 1 = error, 2 = message
+ *
+ *   A message frame's head is the frame head + the message header: 34 bytes.
+ */
+#ifndef NSQMP_LAYOUTS_H
+#define NSQMP_LAYOUTS_H
+
+/* segment file header */
+#define NQL_SEGMENT_MAGIC "NQSG"
+#define NQL_SEGMENT_VERSION 1
+#define NQL_SEGMENT_HEADER_SIZE 64           /* bytes before the first record */
+
+/* segment record */
+#define NQL_RECORD_HEAD 8               /* length word + crc */
+#define NQL_LENGTH_MASK 0x7FFFFFFFu     /* of the length word: the bytes after the crc */
+#define NQL_DEFER 0x80000000u           /* of the length word: a due time comes first */
+#define NQL_DUE 8                       /* the due time, i64 LE unix ns */
+
+/* NSQ message header */
+#define NQL_MESSAGE_HEAD 26             /* timestamp + attempts + id */
+#define NQL_ATTEMPTS_AT 8               /* attempts offset in the message header */
+#define NQL_ID_AT 10                    /* id offset in the message header */
+#define NQL_ID 16                       /* bytes of a message id */
+
+/* NSQ frame */
+#define NQL_FRAME_HEAD 8                /* size + type */
+#define NQL_FRAME_RESPONSE 0
+#define NQL_FRAME_ERROR 1
+#define NQL_FRAME_MESSAGE 2
+#define NQL_MESSAGE_FRAME_HEAD (NQL_FRAME_HEAD + NQL_MESSAGE_HEAD)  /* 34 */
+
+#endif

@@ -1,7 +1,7 @@
 /*
  * layouts.h -- the byte layouts C and Python both read and write: the segment
  * file (its header and records), a record's due time, the NSQ message header
- * and the NSQ frame head.  Each is drawn once, here; the Python declarations
+ * the NSQ frame head, an MPUB's spans and an ack log entry.  Each is drawn once, here; the Python declarations
  * are in nsqmp/layouts.py (its pure-Python twin, same names without the NQL_
  * prefix) and tests/test_layouts.py holds the two equal through
  * nsqmp._native.layouts (layouts.c).  The ring's header and records are drawn
@@ -45,6 +45,23 @@
  *   +-----------+-----------+------+   type 0 = response, 1 = error, 2 = message
  *
  *   A message frame's head is the frame head + the message header: 34 bytes.
+ *
+ * Spans (parser.c's mpub_spans writes them, publish.h's encoder reads them;
+ * nsqmp.protocol.pyparser and nsqmp.diskqueue.pyencoder in Python), packed,
+ * little-endian, one per message body of an MPUB (or a PUB's one):
+ *
+ *   +--------------------+------------+
+ *   | offset in src u32  | size u32   |
+ *   +--------------------+------------+
+ *
+ * Ack log entry (nsqmp/diskqueue/acklog.py appends them, acklog.c filters
+ * them), little-endian, 16 bytes; an all-zero entry (channel id 0 never
+ * exists) marks the end of what was written:
+ *
+ *   0                2              4          8              16
+ *   +----------------+--------------+----------+--------------+
+ *   | channel id u16 | acceptor u16 | seq u32  | offset u64   |
+ *   +----------------+--------------+----------+--------------+
  */
 #ifndef NSQMP_LAYOUTS_H
 #define NSQMP_LAYOUTS_H
@@ -72,5 +89,13 @@
 #define NQL_FRAME_ERROR 1
 #define NQL_FRAME_MESSAGE 2
 #define NQL_MESSAGE_FRAME_HEAD (NQL_FRAME_HEAD + NQL_MESSAGE_HEAD)  /* 34 */
+
+/* spans */
+#define NQL_SPAN 8                      /* offset u32 + size u32 */
+
+/* ack log entry */
+#define NQL_ACK_ENTRY 16
+#define NQL_ACK_ACCEPTOR_AT 2           /* u16 LE */
+#define NQL_ACK_SEQ_AT 4                /* u32 LE */
 
 #endif

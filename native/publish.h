@@ -4,11 +4,8 @@
  * bindings are in publish.c and the pure-Python twin is
  * nsqmp/diskqueue/pyencoder.py (same API, same bytes: the tests compare them).
  *
- * Input: spans, packed little-endian u32 pairs (as mpub_spans returns them)
- *
- *   +------------------+------------+
- *   | offset in src u32| size u32   |   one per message body
- *   +------------------+------------+
+ * Input: spans (drawn in layouts.h; as mpub_spans returns them), one per
+ * message body.
  *
  * Output, for span k, back to back: the segment record drawn in layouts.h
  * (length word with DEFER, crc32c, [due], message header, body), with
@@ -70,7 +67,7 @@ nqe_records_size(const uint8_t *spans, size_t count, int deferred)
     size_t total = 0;
     size_t extra = NQL_RECORD_HEAD + NQL_MESSAGE_HEAD + (deferred ? NQL_DUE : 0);
     for (size_t k = 0; k < count; k++) {
-        uint32_t size = nqe_u32le(spans + 8 * k + 4);
+        uint32_t size = nqe_u32le(spans + NQL_SPAN * k + 4);
         if ((uint64_t)size + extra - NQL_RECORD_HEAD > NQL_LENGTH_MASK)
             return (size_t)-1;
         total += size + extra;
@@ -94,7 +91,7 @@ nqe_encode(uint8_t *dst, size_t dst_len, const uint8_t *src, size_t src_len,
     static const char hex[] = "0123456789abcdef";
     int deferred = due_ns != 0;
     for (size_t k = 0; k < count; k++) {
-        uint64_t off = nqe_u32le(spans + 8 * k), size = nqe_u32le(spans + 8 * k + 4);
+        uint64_t off = nqe_u32le(spans + NQL_SPAN * k), size = nqe_u32le(spans + NQL_SPAN * k + 4);
         if (off + size > src_len)
             return NQE_SPAN_OUTSIDE;
     }
@@ -105,7 +102,7 @@ nqe_encode(uint8_t *dst, size_t dst_len, const uint8_t *src, size_t src_len,
         return NQE_NO_ROOM;
     uint8_t *out = dst;
     for (size_t k = 0; k < count; k++) {
-        uint32_t off = nqe_u32le(spans + 8 * k), size = nqe_u32le(spans + 8 * k + 4);
+        uint32_t off = nqe_u32le(spans + NQL_SPAN * k), size = nqe_u32le(spans + NQL_SPAN * k + 4);
         uint8_t *payload = out + NQL_RECORD_HEAD;
         uint8_t *m = payload;
         if (deferred) {

@@ -1,6 +1,7 @@
 """Type stub for the C extension nsqmp._native (sources in native/)."""
 
 from collections.abc import Sequence
+from typing import Any
 
 from typing_extensions import Buffer
 
@@ -122,6 +123,20 @@ def fin_replies(buf: Buffer, /) -> tuple[bytes, int, int, bytes | None]:
 def publish_loop(fd: int, command: bytes, until: float, /) -> tuple[int, tuple[int, bytes] | None]:
     """Send command, wait for its response, until the wall clock passes until: (OKs, error)."""
 
+# flight.c (struct in flight.h; twin nsqmp/router/pyinflight.py Flight)
+class Flight:
+    """The messages one delivery pass handed to one consumer: one deadline, one timer entry."""
+
+    token: int
+    consumer: Any
+    deadline: int
+    delivered: int
+    live: int
+    members: list
+    def __new__(
+        cls, token: int, consumer: Any, deadline: int, delivered: int, live: int = 0, members: list | None = None
+    ) -> Flight: ...
+
 # inflight.c
 class InFlightMap:
     """A channel's messages in flight by id: (message, attempts, flight); twin nsqmp/router/pyinflight.py."""
@@ -145,6 +160,9 @@ class InFlightMap:
     ) -> tuple[list[Message], list[list]]: ...
     def entries(self) -> list[tuple[Message, int, object]]: ...
     def clear(self) -> None: ...
+
+# layouts.c: the constants of layouts.h (NQL_ prefix dropped) and ring.h (RING_)
+layouts: dict[str, int | bytes]
 
 def timerfd_open() -> int:
     """A non-blocking CLOCK_MONOTONIC timerfd, disarmed (timerfd.c)."""

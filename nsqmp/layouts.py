@@ -12,6 +12,8 @@ In short (drawn in full in native/layouts.h)::
     segment record | length u32 LE, bit 31 DEFER | crc32c u32 LE | [due i64 LE] | message header | body |
     message header | timestamp i64 BE | attempts u16 BE | id 16 ASCII hex |        (26 bytes)
     frame          | size i32 BE = 4 + len(data) | type i32 BE | data |           (type 0, 1, 2)
+    span           | offset in src u32 LE | size u32 LE |                           (an MPUB's bodies)
+    ack log entry  | channel id u16 | acceptor u16 | seq u32 | offset u64 |      (LE, 16 bytes)
 
 The ring's layout is drawn in ``native/ring.h`` and declared for Python in
 :mod:`nsqmp.ipc.pyring`; the ring records' in :mod:`nsqmp.ipc.records`.
@@ -44,6 +46,14 @@ FRAME_RESPONSE = 0
 FRAME_ERROR = 1
 FRAME_MESSAGE = 2
 MESSAGE_FRAME_HEAD = struct.Struct(">iiqH16s")  # FRAME_HEAD + MESSAGE_HEAD in one pack: 34 bytes
+
+# spans: where each body of an MPUB is in the read buffer (mpub_spans -> encode_records)
+SPAN = struct.Struct("<II")  # offset, size
+
+# ack log entry (nsqmp.diskqueue.acklog); an all-zero entry ends what was written
+ACK_ENTRY = struct.Struct("<HHIQ")  # channel id, acceptor, seq, offset
+ACK_ACCEPTOR_AT = 2
+ACK_SEQ_AT = 4
 
 
 def record_length(word: int) -> int:

@@ -49,6 +49,9 @@ def test_the_python_structs_agree_with_their_parts():
     assert struct.calcsize(">q") == layouts.ATTEMPTS_AT
     assert layouts.SEGMENT_HEADER.size <= layouts.SEGMENT_HEADER_SIZE
     assert layouts.DEFER & layouts.LENGTH_MASK == 0 and layouts.DEFER | layouts.LENGTH_MASK == 0xFFFFFFFF
+    assert struct.calcsize("<H") == layouts.ACK_ACCEPTOR_AT and struct.calcsize("<HH") == layouts.ACK_SEQ_AT
+    entry = layouts.ACK_ENTRY.pack(1, 0x0203, 0x04050607, 9)
+    assert entry[layouts.ACK_ACCEPTOR_AT] == 3 and entry[layouts.ACK_SEQ_AT] == 7
 
 
 def test_the_deferred_helpers_read_the_length_word():

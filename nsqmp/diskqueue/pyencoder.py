@@ -9,17 +9,15 @@ Same API and the same bytes as the native functions; the tests compare them.
 """
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING
 
 import crc32c as _crc32c
 
-from nsqmp.layouts import DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD
+from nsqmp.layouts import DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SPAN
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-SPAN = struct.Struct("<II")
 _EXTRA = RECORD_HEAD.size + MESSAGE_HEAD.size
 CRC32C_HARDWARE = 0  # the twin uses the crc32c package
 
@@ -33,7 +31,7 @@ def crc32c(data: Buffer, value: int = 0, /) -> int:
 
 def _spans(spans: Buffer) -> list[tuple[int, int]]:
     view = memoryview(spans).cast("B")
-    if len(view) % 8:
+    if len(view) % SPAN.size:
         raise ValueError("spans must be packed (offset u32, size u32) pairs")
     return list(SPAN.iter_unpack(view))
 

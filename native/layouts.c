@@ -1,7 +1,8 @@
 /*
  * layouts.c -- nsqmp._native.layouts: the constants of layouts.h (and of the
  * ring's layout in ring.h) by name, so tests/test_layouts.py can hold the
- * Python declarations (nsqmp/layouts.py, nsqmp/ipc/pyring.py) equal to C's.
+ * Python declarations (nsqmp/layouts.py, nsqmp/ipc/pyring.py, nsqmp/ipc/records.py)
+ * equal to C's.
  * Names drop the NQL_ prefix; the ring's keep RING_.
  */
 #define PY_SSIZE_T_CLEAN
@@ -54,6 +55,8 @@ nsqmp_layouts_add(PyObject *module)
     PUT("ACK_ENTRY", NQL_ACK_ENTRY);
     PUT("ACK_ACCEPTOR_AT", NQL_ACK_ACCEPTOR_AT);
     PUT("ACK_SEQ_AT", NQL_ACK_SEQ_AT);
+    PUT("TOKEN", NQL_TOKEN);
+    PUT("ARM_ENTRY", NQL_ARM_ENTRY);
     PUT("RING_MAGIC", NQR_MAGIC);
     PUT("RING_VERSION", NQR_VERSION);
     PUT("RING_HEADER_SIZE", NQR_HEADER_SIZE);

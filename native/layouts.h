@@ -93,6 +93,11 @@
 /* spans */
 #define NQL_SPAN 8                      /* offset u32 + size u32 */
 
+/* the entries of the timer's ring records (drawn with the records in
+ * nsqmp/ipc/records.py, TOKEN and TOKEN_DEADLINE there; heap.c reads them) */
+#define NQL_TOKEN 8                     /* u64 LE: a DISARM's or FIRE's entry */
+#define NQL_ARM_ENTRY 16                /* token u64 LE, deadline i64 LE: an ARM's entry */
+
 /* ack log entry */
 #define NQL_ACK_ENTRY 16
 #define NQL_ACK_ACCEPTOR_AT 2           /* u16 LE */

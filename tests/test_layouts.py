@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from nsqmp import layouts
-from nsqmp.ipc import pyring
+from nsqmp.ipc import pyring, records
 
 native = pytest.importorskip("nsqmp._native")
 
@@ -22,7 +22,7 @@ def _python_value(value):
 
 def test_every_layout_constant_of_the_header_is_declared_equal_in_python():
     c = native.layouts
-    shared = {k: v for k, v in c.items() if not k.startswith("RING_")}
+    shared = {k: v for k, v in c.items() if not k.startswith("RING_") and k not in ("TOKEN", "ARM_ENTRY")}
     assert shared  # the header exported something
     for name, value in shared.items():
         assert hasattr(layouts, name), f"nsqmp.layouts lacks {name} (native/layouts.h NQL_{name})"
@@ -40,6 +40,11 @@ def test_the_ring_layout_of_ring_h_is_the_twins():
     assert c["RING_WRAP_MARKER"] == pyring.WRAP_MARKER
     for name in ("HEAD", "TAIL", "CONSUMER_SLEEPING", "PRODUCER_WAITING", "CAPACITY", "MAX_RECORD"):
         assert c[f"RING_OFF_{name}"] == getattr(pyring, f"OFF_{name}"), name
+
+
+def test_the_timer_record_entries_the_heap_reads_are_those_records_packs():
+    assert native.layouts["TOKEN"] == records.TOKEN.size
+    assert native.layouts["ARM_ENTRY"] == records.TOKEN_DEADLINE.size
 
 
 def test_the_python_structs_agree_with_their_parts():

@@ -8,7 +8,11 @@ from typing import Any
 
 import orjson
 
-from nsqmp.layouts import FRAME_ERROR, FRAME_HEAD as _FRAME, FRAME_MESSAGE, FRAME_RESPONSE, MESSAGE_HEAD as _MSG
+from nsqmp.layouts import FRAME_ERROR as FRAME_ERROR  # re-exported: the client's callers read them here
+from nsqmp.layouts import FRAME_HEAD as _FRAME
+from nsqmp.layouts import FRAME_MESSAGE as FRAME_MESSAGE
+from nsqmp.layouts import FRAME_RESPONSE as FRAME_RESPONSE
+from nsqmp.layouts import MESSAGE_HEAD as _MSG
 
 MAGIC = b"  V2"
 _I32 = struct.Struct(">i")

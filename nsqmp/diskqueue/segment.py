@@ -37,7 +37,6 @@ import logging
 import mmap
 import os
 import re
-import struct
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 

@@ -1,11 +1,13 @@
 /*
  * layouts.h -- the byte layouts C and Python both read and write: the segment
- * file (its header and records), a record's due time, the NSQ message header
- * the NSQ frame head, an MPUB's spans and an ack log entry.  Each is drawn once, here; the Python declarations
- * are in nsqmp/layouts.py (its pure-Python twin, same names without the NQL_
- * prefix) and tests/test_layouts.py holds the two equal through
- * nsqmp._native.layouts (layouts.c).  The ring's header and records are drawn
- * in ring.h (NQR_), the deadline heap's entries in heap.h.
+ * file (its header and records), a record's due time, the NSQ message header,
+ * the NSQ frame head, an MPUB's spans and an ack log entry.  Each is drawn
+ * once, here; the Python declarations are in nsqmp/layouts.py (same names
+ * without the NQL_ prefix) and tests/test_layouts.py holds the two equal
+ * through nsqmp._native.layouts (layouts.c).  The ring's header and records
+ * are drawn in ring.h (NQR_), the ring records' fields in nsqmp/ipc/records.py
+ * (the timer's entries are named below), the deadline heap's own arrays in
+ * heap.h.
  *
  * Segment file (little-endian; one writer: the acceptor, nsqmp/diskqueue/segment.py):
  *

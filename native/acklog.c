@@ -1,7 +1,7 @@
 /*
  * acklog.c -- the filter of the ack log's compaction (the entry layout is drawn
- * in nsqmp/diskqueue/acklog.py: channel id u16, acceptor u16, seq u32, offset
- * u64, little-endian, 16 bytes).  The pure-Python twin is
+ * in layouts.h: channel id u16, acceptor u16, seq u32, offset u64,
+ * little-endian, 16 bytes).  The pure-Python twin is
  * nsqmp.diskqueue.acklog.py_keep_entries (same results).
  *
  *   keep_entries(data, live) -> bytes
@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ACK_ENTRY 16
+#include "layouts.h"
+
+#define ACK_ENTRY NQL_ACK_ENTRY
 
 static int
 key_in(const uint64_t *keys, Py_ssize_t n, uint64_t key)
@@ -71,8 +73,9 @@ py_keep_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *e = src + i * ACK_ENTRY;
-        uint64_t acceptor = (uint64_t)e[2] | (uint64_t)e[3] << 8;
-        uint64_t seq = (uint64_t)e[4] | (uint64_t)e[5] << 8 | (uint64_t)e[6] << 16 | (uint64_t)e[7] << 24;
+        const unsigned char *a = e + NQL_ACK_ACCEPTOR_AT, *q = e + NQL_ACK_SEQ_AT;
+        uint64_t acceptor = (uint64_t)a[0] | (uint64_t)a[1] << 8;
+        uint64_t seq = (uint64_t)q[0] | (uint64_t)q[1] << 8 | (uint64_t)q[2] << 16 | (uint64_t)q[3] << 24;
         if (key_in(keys, nkeys, acceptor << 32 | seq)) {
             memcpy(dst + kept * ACK_ENTRY, e, ACK_ENTRY);
             kept++;

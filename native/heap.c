@@ -11,6 +11,7 @@
 #include <Python.h>
 
 #include "heap.h"
+#include "layouts.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "nsqmp record layouts are little-endian; big-endian hosts are not supported"
@@ -278,9 +279,9 @@ DeadlineHeap_arm_many(DeadlineHeapObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     if (parse_owner(args[0], &owner) < 0)
         return NULL;
-    if (get_records(args[1], &view, 16, "buf") < 0)
+    if (get_records(args[1], &view, NQL_ARM_ENTRY, "buf") < 0)
         return NULL;
-    size_t count = (size_t)view.len / 16;
+    size_t count = (size_t)view.len / NQL_ARM_ENTRY;
     size_t added = 0;
     if (count) {
         if (nqh_reserve(&self->h, self->h.n + count) < 0) {
@@ -288,9 +289,9 @@ DeadlineHeap_arm_many(DeadlineHeapObject *self, PyObject *const *args, Py_ssize_
             return no_memory();
         }
         const unsigned char *p = (const unsigned char *)view.buf;
-        for (size_t k = 0; k < count; k++, p += 16) {
+        for (size_t k = 0; k < count; k++, p += NQL_ARM_ENTRY) {
             added += (size_t)nqh_arm(&self->h, owner, load_u64(p),
-                                     (int64_t)load_u64(p + 8));
+                                     (int64_t)load_u64(p + NQL_TOKEN));
         }
     }
     PyBuffer_Release(&view);
@@ -313,12 +314,12 @@ DeadlineHeap_disarm_many(DeadlineHeapObject *self, PyObject *const *args,
         return NULL;
     if (parse_owner(args[0], &owner) < 0)
         return NULL;
-    if (get_records(args[1], &view, 8, "buf") < 0)
+    if (get_records(args[1], &view, NQL_TOKEN, "buf") < 0)
         return NULL;
-    size_t count = (size_t)view.len / 8;
+    size_t count = (size_t)view.len / NQL_TOKEN;
     size_t removed = 0;
     const unsigned char *p = (const unsigned char *)view.buf;
-    for (size_t k = 0; k < count && self->h.n; k++, p += 8)
+    for (size_t k = 0; k < count && self->h.n; k++, p += NQL_TOKEN)
         removed += (size_t)nqh_disarm(&self->h, owner, load_u64(p));
     PyBuffer_Release(&view);
     if (removed)
@@ -525,7 +526,7 @@ DeadlineHeap_pop_due(DeadlineHeapObject *self, PyObject *args, PyObject *kwds)
     }
     for (size_t r = 0; r < g.ngroups; r++) {
         due_group *sg = &sorted[r];
-        PyObject *blob = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sg->count * 8);
+        PyObject *blob = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sg->count * NQL_TOKEN);
         PyObject *own = blob ? PyLong_FromUnsignedLong(sg->owner) : NULL;
         PyObject *pair = own ? PyTuple_New(2) : NULL;
         if (pair == NULL) {
@@ -542,8 +543,8 @@ DeadlineHeap_pop_due(DeadlineHeapObject *self, PyObject *args, PyObject *kwds)
     free(sorted);
     for (size_t k = 0; k < npop; k++) {
         due_group *grp = &g.groups[popped[k].slot];
-        memcpy(grp->out, &popped[k].token, 8);
-        grp->out += 8;
+        memcpy(grp->out, &popped[k].token, NQL_TOKEN);
+        grp->out += NQL_TOKEN;
     }
     if (popped != local)
         nqh_mem_free(popped, scap * sizeof(nqh_entry));

@@ -3,8 +3,8 @@
  * The pure-Python twin is nsqmp/router/pyinflight.py (same API, same results).
  *
  * Each entry is (message, attempts, flight): the Message delivered, the
- * attempts counted with this delivery, and the Flight (router/channel.py) it
- * went out in.  A Python dict of per-message objects cost the router about
+ * attempts counted with this delivery, and the Flight (flight.h, or the
+ * pure-Python twin's) it went out in.  A Python dict of per-message objects cost the router about
  * 0.8 us a message at a million in flight (an object made, a dict insert, a
  * dict delete, each missing the cache); here the id is the key, stored in the
  * slot, and a delivery pass or a timed-out flight is one call.
@@ -42,9 +42,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "flight.h"
 #include "message.h"
 
-#define ID_LEN 16
+#define ID_LEN NQL_ID  /* layouts.h, via message.h */
 #define MIN_CAP 16
 #define STEP 16        /* old slots moved by each operation while a resize runs */
 
@@ -96,6 +97,8 @@ static PyObject *str_id;        /* "id" */
 static PyObject *str_popleft;   /* "popleft" */
 static PyObject *str_append;    /* "append" */
 static PyObject *str_extend;    /* "extend" */
+/* Only for the pure-Python twins' Flight and Message (and test doubles): a
+ * native Flight or Message is read from its struct (flight.h, message.h). */
 static PyObject *str_live;      /* "live" */
 static PyObject *str_consumer;  /* "consumer" */
 static PyObject *str_segment;   /* "segment" */
@@ -1082,21 +1085,38 @@ PyDoc_STRVAR(finish_doc,
 static int
 settle_flight(PyObject *flight, Py_ssize_t left, PyObject *emptied)
 {
-    PyObject *live = PyObject_GetAttr(flight, str_live);
-    if (live == NULL)
-        return -1;
-    Py_ssize_t n = PyLong_AsSsize_t(live);
-    Py_DECREF(live);
-    if (n == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *now = PyLong_FromSsize_t(n - left);
-    if (now == NULL)
-        return -1;
-    int rc = PyObject_SetAttr(flight, str_live, now);
-    Py_DECREF(now);
-    if (rc == 0 && n - left == 0)
-        rc = PyList_Append(emptied, flight);
-    return rc;
+    Py_ssize_t n;
+    if (NSQMP_FLIGHT_CHECK(flight)) {
+        n = ((nsqmp_Flight *)flight)->live;
+        ((nsqmp_Flight *)flight)->live = n - left;
+    } else {  /* the twin's Flight */
+        PyObject *live = PyObject_GetAttr(flight, str_live);
+        if (live == NULL)
+            return -1;
+        n = PyLong_AsSsize_t(live);
+        Py_DECREF(live);
+        if (n == -1 && PyErr_Occurred())
+            return -1;
+        PyObject *now = PyLong_FromSsize_t(n - left);
+        if (now == NULL)
+            return -1;
+        int rc = PyObject_SetAttr(flight, str_live, now);
+        Py_DECREF(now);
+        if (rc < 0)
+            return -1;
+    }
+    return n - left == 0 ? PyList_Append(emptied, flight) : 0;
+}
+
+/* flight's consumer, borrowed (its struct's) or as a new reference (*owned set:
+ * the twin's Flight); NULL with an exception. */
+static PyObject *
+flight_consumer(PyObject *flight, PyObject **owned)
+{
+    *owned = NULL;
+    if (NSQMP_FLIGHT_CHECK(flight))
+        return ((nsqmp_Flight *)flight)->consumer;
+    return *owned = PyObject_GetAttr(flight, str_consumer);
 }
 
 /* Adds a finished message's (segment, offset) to runs. */
@@ -1180,10 +1200,10 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (s != NULL && s->flight != checked && is_stale(self, s))
             s = NULL;  /* timed out: in the queue, not in flight */
         if (s != NULL && s->flight != checked) {
-            PyObject *owner = PyObject_GetAttr(s->flight, str_consumer);
+            PyObject *owned, *owner = flight_consumer(s->flight, &owned);
             if (owner == NULL)
                 goto done;
-            Py_DECREF(owner);
+            Py_XDECREF(owned);  /* compared only */
             checked = owner == consumer ? s->flight : NULL;
         }
         if (s == NULL || s->flight != checked) {
@@ -1329,7 +1349,9 @@ nsqmp_inflight_add(PyObject *module)
             || str_consumer == NULL || str_segment == NULL || str_offset == NULL)
             return -1;
     }
-    if (PyType_Ready(&Map_Type) < 0)
+    if (PyType_Ready(&Map_Type) < 0 || PyType_Ready(&nsqmp_Flight_Type) < 0)
+        return -1;
+    if (PyModule_AddType(module, &nsqmp_Flight_Type) < 0)  /* flight.c: this map is its only reader */
         return -1;
     return PyModule_AddType(module, &Map_Type);
 }

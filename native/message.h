@@ -21,14 +21,14 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define NSQMP_MESSAGE_ID 16
+#include "layouts.h"
 
 typedef struct {
     PyObject_VAR_HEAD
     PyObject *segment;  /* the Segment whose refs count this message, or None */
     long long ts;       /* ns */
     long long offset;   /* of its record in the segment */
-    uint8_t id[NSQMP_MESSAGE_ID];
+    uint8_t id[NQL_ID];
     char body[];        /* ob_size bytes */
 } nsqmp_Message;
 

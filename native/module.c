@@ -17,6 +17,7 @@ int nsqmp_acklog_add(PyObject *module);  /* acklog.c */
 int nsqmp_readback_add(PyObject *module); /* readback.c */
 int nsqmp_inflight_add(PyObject *module); /* inflight.c */
 int nsqmp_timerfd_add(PyObject *module);  /* timerfd.c */
+int nsqmp_layouts_add(PyObject *module);  /* layouts.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -27,6 +28,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_readback_add,
     nsqmp_inflight_add,
     nsqmp_timerfd_add,
+    nsqmp_layouts_add,
 };
 
 static int

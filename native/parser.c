@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "layouts.h"
 #include "parser.h"
 
 typedef struct {
@@ -404,7 +405,7 @@ mpub_spans(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyObject *e = error_tuple(&err);
         return e ? Py_BuildValue("(ON)", Py_None, e) : NULL;
     }
-    PyObject *spans = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    PyObject *spans = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * NQL_SPAN);
     if (spans == NULL) {
         PyBuffer_Release(&view);
         return NULL;
@@ -415,7 +416,7 @@ mpub_spans(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         size_t off, size;
         nqp_mpub_next(p, &pos, &off, &size);
         uint32_t pair[2] = {(uint32_t)(start + off), (uint32_t)size};
-        memcpy(out + i * 8, pair, 8);   /* little-endian host (checked in heap.c) */
+        memcpy(out + i * NQL_SPAN, pair, NQL_SPAN);   /* little-endian host (checked in heap.c) */
     }
     PyBuffer_Release(&view);
     return Py_BuildValue("(NO)", spans, Py_None);

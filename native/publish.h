@@ -4,24 +4,14 @@
  * bindings are in publish.c and the pure-Python twin is
  * nsqmp/diskqueue/pyencoder.py (same API, same bytes: the tests compare them).
  *
- * Input: spans, packed little-endian u32 pairs (as mpub_spans returns them)
+ * Input: spans (drawn in layouts.h; as mpub_spans returns them), one per
+ * message body.
  *
- *   +------------------+------------+
- *   | offset in src u32| size u32   |   one per message body
- *   +------------------+------------+
- *
- * Output, for span k, back to back (the record of nsqmp/diskqueue/segment.py):
- *
- *   +----------------------+------------+-------------+--------------+--------+--------+
- *   | length u32 (LE)      | crc32c u32 | [due i64 LE]| timestamp i64| attem. | id     | body
- *   | bit 31: DEFER        | (LE) of    |  only with  | (BE, ns)     | u16 BE | 16 hex |
- *   | length = 26 + size   | everything |  DEFER;     |              | = 0    | ascii  |
- *   |   (+ 8 with DEFER)   | after it   |  +8 length  |              |        |        |
- *   +----------------------+------------+-------------+--------------+--------+--------+
- *
- *   id = 16 lowercase hex digits of first_id + k (the snowflakes of
- *   nsqmp/protocol/ids.py; the caller reserves the block).
- *   Record size = 8 + 26 + size (+ 8 with DEFER).
+ * Output, for span k, back to back: the segment record drawn in layouts.h
+ * (length word with DEFER, crc32c, [due], message header, body), with
+ * attempts 0 and id = 16 lowercase hex digits of first_id + k (the
+ * snowflakes of nsqmp/protocol/ids.py; the caller reserves the block).
+ * Record size = NQL_RECORD_HEAD + NQL_MESSAGE_HEAD + size (+ NQL_DUE with DEFER).
  *
  * CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, initial and final
  * xor 0xFFFFFFFF): the value the crc32c package computes.  SSE4.2's crc32
@@ -34,10 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define NQE_HEAD 8          /* length word + crc */
-#define NQE_MSG_HEAD 26     /* timestamp + attempts + id */
-#define NQE_DUE 8
-#define NQE_DEFER 0x80000000u
+#include "layouts.h"
+
 
 /* crc32c of p[0..n) continuing from `value` (a previous result, 0 to start) */
 uint32_t nqe_crc32c(uint32_t value, const uint8_t *p, size_t n);
@@ -77,10 +65,10 @@ static inline size_t
 nqe_records_size(const uint8_t *spans, size_t count, int deferred)
 {
     size_t total = 0;
-    size_t extra = NQE_HEAD + NQE_MSG_HEAD + (deferred ? NQE_DUE : 0);
+    size_t extra = NQL_RECORD_HEAD + NQL_MESSAGE_HEAD + (deferred ? NQL_DUE : 0);
     for (size_t k = 0; k < count; k++) {
-        uint32_t size = nqe_u32le(spans + 8 * k + 4);
-        if ((uint64_t)size + extra - NQE_HEAD > 0x7FFFFFFFu)
+        uint32_t size = nqe_u32le(spans + NQL_SPAN * k + 4);
+        if ((uint64_t)size + extra - NQL_RECORD_HEAD > NQL_LENGTH_MASK)
             return (size_t)-1;
         total += size + extra;
     }
@@ -103,7 +91,7 @@ nqe_encode(uint8_t *dst, size_t dst_len, const uint8_t *src, size_t src_len,
     static const char hex[] = "0123456789abcdef";
     int deferred = due_ns != 0;
     for (size_t k = 0; k < count; k++) {
-        uint64_t off = nqe_u32le(spans + 8 * k), size = nqe_u32le(spans + 8 * k + 4);
+        uint64_t off = nqe_u32le(spans + NQL_SPAN * k), size = nqe_u32le(spans + NQL_SPAN * k + 4);
         if (off + size > src_len)
             return NQE_SPAN_OUTSIDE;
     }
@@ -114,22 +102,22 @@ nqe_encode(uint8_t *dst, size_t dst_len, const uint8_t *src, size_t src_len,
         return NQE_NO_ROOM;
     uint8_t *out = dst;
     for (size_t k = 0; k < count; k++) {
-        uint32_t off = nqe_u32le(spans + 8 * k), size = nqe_u32le(spans + 8 * k + 4);
-        uint8_t *payload = out + NQE_HEAD;
+        uint32_t off = nqe_u32le(spans + NQL_SPAN * k), size = nqe_u32le(spans + NQL_SPAN * k + 4);
+        uint8_t *payload = out + NQL_RECORD_HEAD;
         uint8_t *m = payload;
         if (deferred) {
             nqe_put_u64le(m, (uint64_t)due_ns);
-            m += NQE_DUE;
+            m += NQL_DUE;
         }
         nqe_put_u64be(m, (uint64_t)ts_ns);
         m[8] = 0;
         m[9] = 0;
         uint64_t id = first_id + k;
-        for (int i = 0; i < 16; i++)
-            m[10 + i] = (uint8_t)hex[(id >> (60 - 4 * i)) & 0xF];
-        memcpy(m + NQE_MSG_HEAD, src + off, size);
-        uint32_t length = (uint32_t)(m + NQE_MSG_HEAD + size - payload);
-        nqe_put_u32le(out, deferred ? length | NQE_DEFER : length);
+        for (int i = 0; i < NQL_ID; i++)
+            m[NQL_ID_AT + i] = (uint8_t)hex[(id >> (60 - 4 * i)) & 0xF];
+        memcpy(m + NQL_MESSAGE_HEAD, src + off, size);
+        uint32_t length = (uint32_t)(m + NQL_MESSAGE_HEAD + size - payload);
+        nqe_put_u32le(out, deferred ? length | NQL_DEFER : length);
         nqe_put_u32le(out + 4, nqe_crc32c(0, payload, length));
         out = payload + length;
     }

@@ -34,7 +34,7 @@ nsqmp_message_new(const uint8_t *id, long long ts, const char *body, Py_ssize_t 
     m->segment = Py_NewRef(segment);
     m->ts = ts;
     m->offset = offset;
-    memcpy(m->id, id, NSQMP_MESSAGE_ID);
+    memcpy(m->id, id, NQL_ID);
     memcpy(m->body, body, (size_t)body_len);
     return (PyObject *)m;
 }
@@ -48,7 +48,7 @@ Message_new(PyTypeObject *Py_UNUSED(type), PyObject *args, PyObject *kwds)
     long long ts, offset;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*Ly*OL:Message", kwlist, &id, &ts, &body, &segment, &offset))
         return NULL;
-    if (id.len != NSQMP_MESSAGE_ID)
+    if (id.len != NQL_ID)
         PyErr_SetString(PyExc_ValueError, "a message id must be 16 bytes");
     else
         m = nsqmp_message_new(id.buf, ts, body.buf, body.len, segment, offset);
@@ -60,7 +60,7 @@ Message_new(PyTypeObject *Py_UNUSED(type), PyObject *args, PyObject *kwds)
 static PyObject *
 Message_get_id(MessageObject *self, void *Py_UNUSED(closure))
 {
-    return PyBytes_FromStringAndSize((const char *)self->id, NSQMP_MESSAGE_ID);
+    return PyBytes_FromStringAndSize((const char *)self->id, NQL_ID);
 }
 
 static PyObject *
@@ -162,12 +162,12 @@ py_read_messages(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t na
     size_t len = (size_t)view.len, pos = 0;
     Py_ssize_t count = 0, deferred = 0;
     while (count < want) {
-        nqr_record r;
-        int rc = nqr_parse(buf, len, pos, &r);
-        if (rc == NQR_PARTIAL)
+        nqb_record r;
+        int rc = nqb_parse(buf, len, pos, &r);
+        if (rc == NQB_PARTIAL)
             break;
-        if (rc != NQR_OK) {
-            PyErr_Format(PyExc_ValueError, rc == NQR_EMPTY ? "no record at offset %lld"
+        if (rc != NQB_OK) {
+            PyErr_Format(PyExc_ValueError, rc == NQB_EMPTY ? "no record at offset %lld"
                                                            : "record too short at offset %lld",
                          base + (long long)pos);
             goto fail;
@@ -245,7 +245,7 @@ frame_message(PyObject *entry, Py_ssize_t i)
         return NULL;
     }
     MessageObject *msg = (MessageObject *)m;
-    if (Py_SIZE(msg) > (Py_ssize_t)(INT32_MAX - 4 - NQE_MSG_HEAD)) {
+    if (Py_SIZE(msg) > (Py_ssize_t)(INT32_MAX - 4 - NQL_MESSAGE_HEAD)) {
         PyErr_Format(PyExc_ValueError, "entry %zd: a message body too long for a frame", i);
         return NULL;
     }
@@ -286,7 +286,7 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
         MessageObject *msg = frame_message(items[stop], stop);
         if (msg == NULL)
             goto done;
-        Py_ssize_t size = NQR_FRAME_HEAD + Py_SIZE(msg);
+        Py_ssize_t size = NQL_MESSAGE_FRAME_HEAD + Py_SIZE(msg);
         if (stop > start && (max_bytes < total || size > max_bytes - total))
             break;  /* total + size > max_bytes, without overflowing */
         if (total > PY_SSIZE_T_MAX - head.len - size) {
@@ -308,8 +308,8 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
         MessageObject *msg = (MessageObject *)PyTuple_GET_ITEM(entry, 0);
         uint16_t attempts = (uint16_t)(PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(entry, 1)) & 0xFFFF);
         size_t body_len = (size_t)Py_SIZE(msg);
-        nqr_put_frame(dst, (int64_t)msg->ts, attempts, msg->id, (const uint8_t *)msg->body, body_len);
-        dst += NQR_FRAME_HEAD + body_len;
+        nqb_put_frame(dst, (int64_t)msg->ts, attempts, msg->id, (const uint8_t *)msg->body, body_len);
+        dst += NQL_MESSAGE_FRAME_HEAD + body_len;
     }
     /* (PyLong_AsUnsignedLongLongMask cannot fail on an int) */
     PyObject *next = PyLong_FromSsize_t(stop);

@@ -1,6 +1,7 @@
 """Type stub for the C extension nsqmp._native (sources in native/)."""
 
 from collections.abc import Sequence
+from typing import Any
 
 from typing_extensions import Buffer
 
@@ -116,6 +117,20 @@ def pack_frames(
 def keep_entries(data: Buffer, live: Buffer, /) -> bytes:
     """The 16-byte ack log entries of data whose acceptor << 32 | seq is in live (sorted u64s)."""
 
+# flight.c (struct in flight.h; twin nsqmp/router/pyinflight.py Flight)
+class Flight:
+    """The messages one delivery pass handed to one consumer: one deadline, one timer entry."""
+
+    token: int
+    consumer: Any
+    deadline: int
+    delivered: int
+    live: int
+    members: list
+    def __new__(
+        cls, token: int, consumer: Any, deadline: int, delivered: int, live: int = 0, members: list | None = None
+    ) -> Flight: ...
+
 # inflight.c
 class InFlightMap:
     """A channel's messages in flight by id: (message, attempts, flight); twin nsqmp/router/pyinflight.py."""
@@ -139,6 +154,9 @@ class InFlightMap:
     ) -> tuple[list[Message], list[list]]: ...
     def entries(self) -> list[tuple[Message, int, object]]: ...
     def clear(self) -> None: ...
+
+# layouts.c: the constants of layouts.h (NQL_ prefix dropped) and ring.h (RING_)
+layouts: dict[str, int | bytes]
 
 def timerfd_open() -> int:
     """A non-blocking CLOCK_MONOTONIC timerfd, disarmed (timerfd.c)."""

@@ -218,7 +218,7 @@ def precision(
     late = array("q")
 
     def on_fire(at: int, rec: bytes) -> None:
-        for tok in records.unpack_tokens(rec):
+        for tok in records.parse_fire(rec):
             late.append(at - deadlines[tok])
         if len(late) >= count:
             loop.stop()
@@ -239,7 +239,7 @@ def precision(
             dls = array("q", (now + 10_000_000 + rng.randrange(span) for _ in toks))
             for t, d in zip(toks, dls):
                 deadlines[t] = d
-            timer.on_record(2, bytes((records.ARM,)) + _pairs(toks, dls))
+            timer.on_record(2, records.arm_packed(_pairs(toks, dls)))
         next_token[0] = last
         if last < count:
             loop.call_later(span_s / 10 / feed_ticks, feed)

@@ -50,6 +50,7 @@ from nsqmp.bench.percentiles import percentiles
 from nsqmp.bench.proc import cpu_seconds, readable_frames, send_all
 from nsqmp.client import wire
 from nsqmp.launcher import Broker
+from nsqmp.layouts import MESSAGE_HEAD
 
 _MAX_RDY = 2500
 
@@ -99,9 +100,9 @@ def _consume(addr: str, topic: str, conns: int, rdy: int, msg_timeout: int, fin:
                 if ftype != wire.FRAME_MESSAGE:
                     continue
                 got += 1
-                ts, attempts, msg_id = struct.unpack_from(">qH16s", payload)
+                ts, attempts, msg_id = MESSAGE_HEAD.unpack_from(payload)
                 if fin:
-                    (defer_ms,) = struct.unpack_from(">q", payload, 26)
+                    (defer_ms,) = struct.unpack_from(">q", payload, MESSAGE_HEAD.size)
                     late.append((now - ts - defer_ms * 1_000_000) / 1e6)
                     replies.append(b"FIN " + msg_id + b"\n")
                 else:

@@ -6,11 +6,14 @@ from dataclasses import dataclass
 
 import orjson
 
+from nsqmp.layouts import FRAME_ERROR as FRAME_ERROR  # re-exported: the client's callers read them here
+from nsqmp.layouts import FRAME_HEAD as _FRAME
+from nsqmp.layouts import FRAME_MESSAGE as FRAME_MESSAGE
+from nsqmp.layouts import FRAME_RESPONSE as FRAME_RESPONSE
+from nsqmp.layouts import MESSAGE_HEAD as _MSG
+
 MAGIC = b"  V2"
-FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2
 _I32 = struct.Struct(">i")
-_FRAME = struct.Struct(">ii")
-_MSG = struct.Struct(">qH16s")
 
 
 @dataclass

@@ -1,11 +1,8 @@
 """The acknowledgement log of a topic: one entry per FIN, appended by the topic's router.
 
-Entry (16 bytes, little-endian)::
-
-    +----------------+--------------+----------+--------------+
-    | channel id u16 | acceptor u16 | seq u32  | offset u64   |
-    +----------------+--------------+----------+--------------+
-    an all-zero entry (channel id 0 never exists) marks the end of what was written
+Entry (16 bytes, little-endian; drawn in native/layouts.h, declared for Python in
+nsqmp.layouts as ACK_ENTRY): channel id u16 | acceptor u16 | seq u32 | offset u64. An
+all-zero entry (channel id 0 never exists) marks the end of what was written.
 
 A message is finished for a channel when its position (acceptor, seq, offset) has an entry
 for that channel's id. The log only needs entries for segments that still exist:
@@ -28,12 +25,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from nsqmp.diskqueue.segment import in_background, sync_file
+from nsqmp.layouts import ACK_ENTRY
 
 log = logging.getLogger("nsqmp.diskqueue")
 
 FILE = "acks.log"
-ENTRY = struct.Struct("<HHIQ")
-_SEGMENT = struct.Struct("<2xHI8x")  # (acceptor, seq) of an entry
+ENTRY = ACK_ENTRY
+_SEGMENT = struct.Struct("<2xHI8x")  # (acceptor, seq) of an ACK_ENTRY: at ACK_ACCEPTOR_AT, ACK_SEQ_AT
 _GROW = 1 << 20
 
 

@@ -2,29 +2,23 @@
 
 Message bodies, given as spans of a source buffer (packed little-endian u32
 ``(offset, size)`` pairs, as ``mpub_spans`` returns them), become the segment records
-of :mod:`nsqmp.diskqueue.segment`, written into a writable buffer. Layout, per body
-(drawn once, in ``native/publish.h``)::
-
-    | length u32 LE, bit 31 DEFER | crc32c u32 LE | [due i64 LE] | ts i64 BE | 0 u16 | id 16 hex | body |
+of :mod:`nsqmp.diskqueue.segment` (drawn once, in ``native/layouts.h``; declared for
+Python in :mod:`nsqmp.layouts`), written into a writable buffer, with attempts 0.
 
 Same API and the same bytes as the native functions; the tests compare them.
 """
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING
 
 import crc32c as _crc32c
 
+from nsqmp.layouts import DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SPAN
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-SPAN = struct.Struct("<II")
-_HEAD = struct.Struct("<II")
-_DUE = struct.Struct("<q")
-_MSG = struct.Struct(">qH16s")
-_DEFER = 0x80000000
-_EXTRA = 8 + 26
+_EXTRA = RECORD_HEAD.size + MESSAGE_HEAD.size
 CRC32C_HARDWARE = 0  # the twin uses the crc32c package
 
 
@@ -37,17 +31,17 @@ def crc32c(data: Buffer, value: int = 0, /) -> int:
 
 def _spans(spans: Buffer) -> list[tuple[int, int]]:
     view = memoryview(spans).cast("B")
-    if len(view) % 8:
+    if len(view) % SPAN.size:
         raise ValueError("spans must be packed (offset u32, size u32) pairs")
     return list(SPAN.iter_unpack(view))
 
 
 def records_size(spans: Buffer, deferred: bool, /) -> int:
     """Bytes of the segment records encode_records writes for these spans."""
-    extra = _EXTRA + (8 if deferred else 0)
+    extra = _EXTRA + (DUE.size if deferred else 0)
     total = 0
     for _, size in _spans(spans):
-        if size + extra - 8 > 0x7FFFFFFF:
+        if size + extra - RECORD_HEAD.size > LENGTH_MASK:
             raise ValueError("a message is too long for a segment record")
         total += size + extra
     return total
@@ -73,13 +67,13 @@ def encode_records(dst: Buffer, dst_pos: int, src: Buffer, spans: Buffer, ts_ns:
     need = records_size(spans, due_ns != 0)
     if need > len(out) - dst_pos:
         raise ValueError("dst is too small for the records")
-    due = _DUE.pack(due_ns) if due_ns else b""
+    due = DUE.pack(due_ns) if due_ns else b""
     pos = dst_pos
     for k, (off, size) in enumerate(pairs):
         msg_id = b"%016x" % ((first_id + k) & 0xFFFFFFFFFFFFFFFF)
-        payload = due + _MSG.pack(ts_ns, 0, msg_id) + bytes(data[off:off + size])
-        word = len(payload) | (_DEFER if due_ns else 0)
-        record = _HEAD.pack(word, _crc32c.crc32c(payload)) + payload
+        payload = due + MESSAGE_HEAD.pack(ts_ns, 0, msg_id) + bytes(data[off:off + size])
+        word = len(payload) | (DEFER if due_ns else 0)
+        record = RECORD_HEAD.pack(word, _crc32c.crc32c(payload)) + payload
         out[pos:pos + len(record)] = record
         pos += len(record)
     return pos - dst_pos

@@ -5,22 +5,12 @@ One writer per file: acceptor `a` appends the messages it accepts for a topic to
 (sparse until written), and rolls to the next sequence number when the next batch would
 pass ``max-bytes-per-file``. A batch (one PUB or a whole MPUB) is one contiguous append.
 
-File layout (little-endian)::
-
-    0                  4         6          8       12                       64
-    +------------------+---------+----------+-------+------------------------+
-    | magic 'NQSG'     | version | acceptor | seq   | reserved (zero)        |
-    +------------------+---------+----------+-------+------------------------+
-    64: records, back to back, no alignment:
-    +-----------------+---------------+--------------------------------------+
-    | length u32      | crc32c u32    | payload (length bytes)               |
-    | bit 31: DEFER   | of payload    |                                      |
-    +-----------------+---------------+--------------------------------------+
-    payload = NSQ message encoding (timestamp, attempts, id, body), or, when
-    the DEFER bit is set, due time i64 (unix ns, little-endian) + that encoding:
-    the due time of a DPUB travels with the message and survives a restart.
-    A length word of 0 where a record would start marks the end of what was written
-    (the file is zero past it). Limits: 26 <= length <= max-msg-size + 34.
+File layout: a 64-byte header (magic 'NQSG', version, acceptor, seq), then records back
+to back: length word (bit 31: DEFER), crc32c, [due time], NSQ message header, body. Drawn
+once in native/layouts.h and declared for Python in nsqmp.layouts (imported below). The
+due time of a DPUB travels with the message and survives a restart. A length word of 0
+where a record would start marks the end of what was written (the file is zero past it).
+Limits: 26 <= length <= max-msg-size + 34.
 
 The checksum is CRC-32C (Castagnoli). The acceptor's publish path writes records with
 the native encoder (native/publish.h: SSE4.2 crc32 instruction, else a table; its twin
@@ -47,11 +37,13 @@ import logging
 import mmap
 import os
 import re
-import struct
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import crc32c as _crc32c
+
+from nsqmp.layouts import (DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER,
+                            SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SEGMENT_VERSION)
 
 log = logging.getLogger("nsqmp.diskqueue")
 _syncer: ThreadPoolExecutor | None = None
@@ -104,15 +96,8 @@ def sync_file(fd: int, path: str, close: bool = False) -> None:
     if close:
         os.close(fd)
 
-MAGIC = b"NQSG"
-VERSION = 1
-HEADER = struct.Struct("<4sHHI")
-HEADER_SIZE = 64
-RECORD_HEAD = struct.Struct("<II")
-DEFER = 0x80000000
-_LENGTH = 0x7FFFFFFF
-_DUE = struct.Struct("<q")
-MIN_PAYLOAD = 26
+MAGIC, VERSION, HEADER, HEADER_SIZE = SEGMENT_MAGIC, SEGMENT_VERSION, SEGMENT_HEADER, SEGMENT_HEADER_SIZE
+MIN_PAYLOAD = MESSAGE_HEAD.size  # the shortest record payload: a message header, empty body
 _GROW_STEP = 1 << 20
 _GROW_MAX = 8 << 20
 
@@ -134,7 +119,7 @@ def encode(payloads: list[bytes], due_ns: int = 0) -> bytes:
     crc = _crc32c.crc32c
     head = RECORD_HEAD.pack
     if due_ns:
-        due = _DUE.pack(due_ns)
+        due = DUE.pack(due_ns)
         return b"".join([head((len(p) + 8) | DEFER, crc(due + p)) + due + p for p in payloads])
     return b"".join([head(len(p), crc(p)) + p for p in payloads])
 
@@ -146,11 +131,11 @@ def iter_blob(blob: bytes | memoryview) -> Iterator[tuple[int, bytes, int]]:
     unpack = RECORD_HEAD.unpack_from
     while pos < end:
         word, _ = unpack(view, pos)
-        length = word & _LENGTH
+        length = word & LENGTH_MASK
         start = pos
         pos += 8
         if word & DEFER:
-            yield start, bytes(view[pos + 8:pos + length]), _DUE.unpack_from(view, pos)[0]
+            yield start, bytes(view[pos + 8:pos + length]), DUE.unpack_from(view, pos)[0]
         else:
             yield start, bytes(view[pos:pos + length]), 0
         pos += length
@@ -299,8 +284,8 @@ def _valid_at(data, pos: int) -> int:
     if pos + 8 > len(data):
         return 0
     word, crc = RECORD_HEAD.unpack_from(data, pos)
-    length = word & _LENGTH
-    if length < MIN_PAYLOAD + (8 if word & DEFER else 0) or pos + 8 + length > len(data):
+    length = word & LENGTH_MASK
+    if length < MIN_PAYLOAD + (DUE.size if word & DEFER else 0) or pos + 8 + length > len(data):
         return 0
     if _crc32c.crc32c(data[pos + 8:pos + 8 + length]) != crc:
         return 0
@@ -319,7 +304,7 @@ def _next_valid(data, pos: int) -> int:
             return -1  # zeros to the end: the end of what was written
         start = max(pos + 1, m.start() - 7)
     else:
-        guess = pos + 8 + (RECORD_HEAD.unpack_from(data, pos)[0] & _LENGTH)
+        guess = pos + 8 + (RECORD_HEAD.unpack_from(data, pos)[0] & LENGTH_MASK)
         if _valid_at(data, guess):
             return guess
         start = pos + 1
@@ -349,7 +334,7 @@ def _records(data, stats: ScanStats, resync: bool) -> Iterator[tuple[int, bytes,
         word = RECORD_HEAD.unpack_from(data, pos)[0]
         payload = data[pos + 8:pos + total]
         if word & DEFER:
-            yield pos, payload[8:], _DUE.unpack_from(payload)[0]
+            yield pos, payload[8:], DUE.unpack_from(payload)[0]
         else:
             yield pos, payload, 0
         pos += total

@@ -50,6 +50,9 @@ followed by at most one variable part. Layouts, by kind::
     FIRE     | kind | n x token u64
     T_HELLO  | kind                                 (timer restarted: re-send every ARM)
 
+Each kind has one builder (named after it: ``sub_ok(conn)``) and one parser
+(``parse_sub_ok(rec)``) below; nothing else packs or unpacks a record.
+
 The "segment records" of PUBLISH are byte-for-byte what the acceptor appended to its
 segment file (see nsqmp.diskqueue.segment), so the descriptor (segment, offset, count)
 and the copy agree by construction.
@@ -62,6 +65,9 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from typing import Any
+
+import orjson
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
 CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK, RESUB = range(11, 17)
@@ -90,30 +96,112 @@ BARRIER_ID = struct.Struct("<BQ")
 
 
 def conn_id(acceptor: int, generation: int, number: int) -> int:
+    """The id of connection `number` of acceptor incarnation (acceptor, generation)."""
     return (acceptor & 0xFF) << 56 | (generation & 0xFFFFFF) << 32 | (number & 0xFFFFFFFF)
 
 
 def conn_acceptor(conn: int) -> int:
+    """The acceptor index of a connection id."""
     return conn >> 56
 
 
 def conn_generation(conn: int) -> int:
+    """The acceptor generation of a connection id."""
     return (conn >> 32) & 0xFFFFFF
 
 
+# -- shared shapes: a bare kind, kind + conn, kind + topic, kind + JSON, kind + u64s --------
+def _kind(kind: int) -> bytes:
+    return bytes((kind,))
+
+
+def _conn(kind: int, conn: int) -> bytes:
+    return CONN.pack(kind, conn)
+
+
+def _parse_conn(rec: bytes) -> int:
+    return CONN.unpack_from(rec)[1]
+
+
+def _json(kind: int, value: Any) -> bytes:
+    return bytes((kind,)) + orjson.dumps(value)
+
+
+def _parse_json(rec: bytes) -> Any:
+    return orjson.loads(memoryview(rec)[1:])
+
+
+def tokens(kind: int, items: list[int]) -> bytes:
+    """kind + the u64 tokens items (DISARM, FIRE)."""
+    return bytes((kind,)) + struct.pack(f"<{len(items)}Q", *items)
+
+
+def unpack_tokens(rec: bytes) -> tuple[int, ...]:
+    """The u64 tokens of a DISARM or FIRE."""
+    return struct.unpack_from(f"<{(len(rec) - 1) // 8}Q", rec, 1)
+
+
+def _named(kind: int, topic: bytes, rest: bytes) -> bytes:
+    return bytes((kind, len(topic))) + topic + rest
+
+
+def _unpack_named(rec: bytes, pos: int) -> tuple[bytes, bytes]:
+    tlen = rec[pos]
+    return rec[pos + 1: pos + 1 + tlen], rec[pos + 1 + tlen:]
+
+
+# -- acceptor -> router -----------------------------------------------------------------
 def publish(seg_acceptor: int, seg_seq: int, offset: int, count: int, topic: bytes, blob: bytes) -> bytes:
+    """PUBLISH: a batch with a copy of its segment records (blob)."""
     return PUBLISH_HEAD.pack(PUBLISH, seg_acceptor, seg_seq, offset, count, len(topic)) + topic + blob
 
 
+def publish_head_into(rec: bytearray, seg_acceptor: int, seg_seq: int, offset: int, count: int,
+                      topic: bytes) -> int:
+    """Write a PUBLISH's head and topic at the start of rec (whose records the caller encodes
+    in place after it, without a copy); returns where the records start."""
+    PUBLISH_HEAD.pack_into(rec, 0, PUBLISH, seg_acceptor, seg_seq, offset, count, len(topic))
+    end = PUBLISH_HEAD.size + len(topic)
+    rec[PUBLISH_HEAD.size:end] = topic
+    return end
+
+
+def publish_head_size(topic: bytes) -> int:
+    """Bytes of a PUBLISH before its records."""
+    return PUBLISH_HEAD.size + len(topic)
+
+
+def parse_publish(rec: bytes) -> tuple[int, int, int, int, bytes, memoryview]:
+    """(seg_acceptor, seg_seq, offset, count, topic, records) of a PUBLISH (records: a view)."""
+    _, acceptor, seq, offset, count, tlen = PUBLISH_HEAD.unpack_from(rec)
+    pos = PUBLISH_HEAD.size
+    return acceptor, seq, offset, count, rec[pos:pos + tlen], memoryview(rec)[pos + tlen:]
+
+
 def publish_at(seg_acceptor: int, seg_seq: int, offset: int, count: int, size: int, topic: bytes) -> bytes:
+    """PUBLISH_AT: a durable batch left in its segment file, [offset, offset + size)."""
     return PUBLISH_AT_HEAD.pack(PUBLISH_AT, seg_acceptor, seg_seq, offset, count, size, len(topic)) + topic
 
 
+def parse_publish_at(rec: bytes) -> tuple[int, int, int, int, int, bytes]:
+    """(seg_acceptor, seg_seq, offset, count, size, topic) of a PUBLISH_AT."""
+    _, acceptor, seq, offset, count, size, tlen = PUBLISH_AT_HEAD.unpack_from(rec)
+    pos = PUBLISH_AT_HEAD.size
+    return acceptor, seq, offset, count, size, rec[pos:pos + tlen]
+
+
 def sub(conn: int, topic: bytes, channel: bytes, info: bytes, kind: int = SUB) -> bytes:
+    """SUB (or, with kind RESUB, RESUB): info is the client's IDENTIFY data as JSON."""
     return CONN.pack(kind, conn) + bytes((len(topic),)) + topic + bytes((len(channel),)) + channel + info
 
 
-def unpack_sub(rec: bytes) -> tuple[int, bytes, bytes, bytes]:
+def resub(conn: int, topic: bytes, channel: bytes, info: bytes) -> bytes:
+    """RESUB: the same consumer again, to a restarted router."""
+    return sub(conn, topic, channel, info, RESUB)
+
+
+def parse_sub(rec: bytes) -> tuple[int, bytes, bytes, bytes]:
+    """(conn, topic, channel, client info JSON) of a SUB or RESUB."""
     _, conn = CONN.unpack_from(rec)
     pos = CONN.size
     tlen = rec[pos]
@@ -124,15 +212,272 @@ def unpack_sub(rec: bytes) -> tuple[int, bytes, bytes, bytes]:
     return conn, topic, channel, rec[pos + 1 + clen:]
 
 
-def tokens(kind: int, items: list[int]) -> bytes:
-    return bytes((kind,)) + struct.pack(f"<{len(items)}Q", *items)
+parse_resub = parse_sub
+unpack_sub = parse_sub  # the name router/role.py uses until it switches to parse_sub
 
 
-def unpack_tokens(rec: bytes) -> tuple[int, ...]:
-    return struct.unpack_from(f"<{(len(rec) - 1) // 8}Q", rec, 1)
+def rdy(conn: int, count: int) -> bytes:
+    """RDY count of connection conn."""
+    return CONN_U32.pack(RDY, conn, count)
 
 
+def parse_rdy(rec: bytes) -> tuple[int, int]:
+    """(conn, count) of a RDY."""
+    _, conn, count = CONN_U32.unpack(rec)
+    return conn, count
+
+
+FIN_IDS_AT = CONN.size  # where a FIN's ids start (the router's native finish reads them there)
+
+
+def fin(conn: int, ids: bytes = b"") -> bytearray:
+    """FIN of the 16-byte ids (packed): a bytearray, so the acceptor can add a tick's ids."""
+    return bytearray(CONN.pack(FIN, conn)) + ids
+
+
+def parse_fin(rec: bytes) -> tuple[int, memoryview]:
+    """(conn, its ids packed end to end: a view); per record, not per id (the router's
+    native finish walks the ids)."""
+    return _parse_conn(rec), memoryview(rec)[FIN_IDS_AT:]
+
+
+def req(conn: int, delay_ms: int, msg_id: bytes) -> bytes:
+    """REQ of msg_id, back in the queue after delay_ms (already clamped)."""
+    return REQ_HEAD.pack(REQ, conn, delay_ms, msg_id)
+
+
+def parse_req(rec: bytes) -> tuple[int, int, bytes]:
+    """(conn, delay_ms, id) of a REQ."""
+    _, conn, delay_ms, msg_id = REQ_HEAD.unpack(rec)
+    return conn, delay_ms, msg_id
+
+
+def touch(conn: int, msg_id: bytes) -> bytes:
+    """TOUCH of msg_id."""
+    return CONN_ID.pack(TOUCH, conn, msg_id)
+
+
+def parse_touch(rec: bytes) -> tuple[int, bytes]:
+    """(conn, id) of a TOUCH."""
+    _, conn, msg_id = CONN_ID.unpack(rec)
+    return conn, msg_id
+
+
+def cls(conn: int) -> bytes:
+    """CLS: the connection is closing (no more messages)."""
+    return _conn(CLS, conn)
+
+
+def gone(conn: int) -> bytes:
+    """GONE: the connection is closed."""
+    return _conn(GONE, conn)
+
+
+parse_cls = parse_gone = _parse_conn  # -> conn
+
+
+def hello_a(acceptor: int, generation: int) -> bytes:
+    """A_HELLO: a new incarnation of acceptor."""
+    return HELLO_A.pack(A_HELLO, acceptor, generation)
+
+
+def parse_hello_a(rec: bytes) -> tuple[int, int]:
+    """(acceptor, generation) of an A_HELLO."""
+    _, acceptor, generation = HELLO_A.unpack(rec)
+    return acceptor, generation
+
+
+def control(req_id: int, request: Any) -> bytes:
+    """CONTROL request req_id (a JSON value: stats, create, delete, ...)."""
+    return REQ_ID.pack(CONTROL, req_id) + orjson.dumps(request)
+
+
+def parse_control(rec: bytes) -> tuple[int, Any]:
+    """(req_id, request) of a CONTROL."""
+    return REQ_ID.unpack_from(rec)[1], orjson.loads(memoryview(rec)[REQ_ID.size:])
+
+
+def channels(topic: bytes, names_json: bytes) -> bytes:
+    """CHANNELS: what the lookupds know of a new topic (a JSON list of channel names)."""
+    return _named(CHANNELS, topic, names_json)
+
+
+def parse_channels(rec: bytes) -> tuple[bytes, bytes]:
+    """(topic, JSON list of channel names) of a CHANNELS."""
+    return _unpack_named(rec, 1)
+
+
+unpack_channels = parse_channels  # the name router/lookup.py uses until it switches
+
+
+def lookupds(count: int) -> bytes:
+    """LOOKUPDS: how many lookupds are configured (0 = none; at most 65535 counted)."""
+    return COUNT_U16.pack(LOOKUPDS, min(count, 0xFFFF))
+
+
+def parse_lookupds(rec: bytes) -> int:
+    """The count of a LOOKUPDS."""
+    return COUNT_U16.unpack(rec)[1]
+
+
+def config(overrides: dict) -> bytes:
+    """CONFIG: run-time options {option: value} (acceptor 0 to the routers)."""
+    return _json(CONFIG, overrides)
+
+
+parse_config = _parse_json  # -> {option: value}
+
+
+def barrier_ok(barrier: int) -> bytes:
+    """BARRIER_OK: the answer to BARRIER barrier, queued behind everything sent before it."""
+    return BARRIER_ID.pack(BARRIER_OK, barrier)
+
+
+def parse_barrier_ok(rec: bytes) -> int:
+    """The barrier of a BARRIER_OK."""
+    return BARRIER_ID.unpack(rec)[1]
+
+
+# -- router -> acceptor -----------------------------------------------------------------
+DELIVER_FRAMES_AT = CONN.size  # where a DELIVER's message frames start
+
+
+def deliver_head(conn: int) -> bytes:
+    """The head of a DELIVER to conn; pack_frames appends the message frames to it."""
+    return _conn(DELIVER, conn)
+
+
+def parse_deliver(rec: bytes) -> tuple[int, memoryview]:
+    """(conn, message frames: a view) of a DELIVER."""
+    return _parse_conn(rec), memoryview(rec)[DELIVER_FRAMES_AT:]
+
+
+def conn_err(conn: int, fatal: bool, text: str) -> bytes:
+    """CONN_ERR: send the error text ("E_CODE description") to conn; fatal closes it."""
+    return CONN_ERR_HEAD.pack(CONN_ERR, conn, fatal) + text.encode()
+
+
+def parse_conn_err(rec: bytes) -> tuple[int, bool, str]:
+    """(conn, fatal, text) of a CONN_ERR."""
+    _, conn, fatal = CONN_ERR_HEAD.unpack_from(rec)
+    return conn, bool(fatal), rec[CONN_ERR_HEAD.size:].decode()
+
+
+def reply(req_id: int, value: Any) -> bytes:
+    """REPLY to CONTROL req_id (a JSON value)."""
+    return REQ_ID.pack(REPLY, req_id) + orjson.dumps(value)
+
+
+def reply_id(rec: bytes) -> int:
+    """The req_id of a REPLY (read before its JSON is parsed, which may not be wanted)."""
+    return REQ_ID.unpack_from(rec)[1]
+
+
+def parse_reply(rec: bytes) -> tuple[int, Any]:
+    """(req_id, value) of a REPLY."""
+    return reply_id(rec), orjson.loads(memoryview(rec)[REQ_ID.size:])
+
+
+def hello_r(router: int) -> bytes:
+    """R_HELLO: router restarted (re-send SUB and RDY)."""
+    return HELLO_R.pack(R_HELLO, router)
+
+
+def parse_hello_r(rec: bytes) -> int:
+    """The router of an R_HELLO."""
+    return HELLO_R.unpack(rec)[1]
+
+
+def topic_full(topic: bytes, full: bool) -> bytes:
+    """TOPIC_FULL: max-topic-bytes reached (full) or cleared."""
+    return bytes((TOPIC_FULL, full)) + topic
+
+
+def parse_topic_full(rec: bytes) -> tuple[bytes, bool]:
+    """(topic, full) of a TOPIC_FULL."""
+    return rec[2:], bool(rec[1])
+
+
+def close_conn(conn: int) -> bytes:
+    """CLOSE_CONN: its topic or channel was deleted; close the connection."""
+    return _conn(CLOSE_CONN, conn)
+
+
+def topic_gone(topic: bytes) -> bytes:
+    """TOPIC_GONE: the topic was deleted; drop its segment writer."""
+    return bytes((TOPIC_GONE,)) + topic
+
+
+def parse_topic_gone(rec: bytes) -> bytes:
+    """The topic of a TOPIC_GONE."""
+    return rec[1:]
+
+
+def sub_ok(conn: int) -> bytes:
+    """SUB_OK: the channel exists and the consumer is known."""
+    return _conn(SUB_OK, conn)
+
+
+parse_close_conn = parse_sub_ok = _parse_conn  # -> conn
+
+
+def barrier(barrier_id: int) -> bytes:
+    """BARRIER barrier_id: answer BARRIER_OK (see nsqmp.router.controls)."""
+    return BARRIER_ID.pack(BARRIER, barrier_id)
+
+
+parse_barrier = parse_barrier_ok  # -> barrier id
+
+
+# -- router -> acceptor 0 ---------------------------------------------------------------
+def lookup_reg(register: bool, topic: bytes, channel: bytes = b"") -> bytes:
+    """LOOKUP_REG: REGISTER (register) or UNREGISTER topic, or its channel."""
+    return bytes((LOOKUP_REG, register, len(topic))) + topic + channel
+
+
+def parse_lookup_reg(rec: bytes) -> tuple[bool, bytes, bytes]:
+    """(register?, topic, channel or b"" for the topic form)."""
+    topic, channel = _unpack_named(rec, 2)
+    return bool(rec[1]), topic, channel
+
+
+unpack_lookup_reg = parse_lookup_reg  # the name acceptor/registrar.py uses until it switches
+
+
+def lookup_state(piece: list, first: bool, last: bool) -> bytes:
+    """LOOKUP_STATE: one piece ([[topic, [channel, ...]], ...]) of what a router owns."""
+    flags = (STATE_FIRST if first else 0) | (STATE_LAST if last else 0)
+    return bytes((LOOKUP_STATE, flags)) + orjson.dumps(piece)
+
+
+def parse_lookup_state(rec: bytes) -> tuple[list, bool, bool]:
+    """(piece, first, last) of a LOOKUP_STATE."""
+    flags = rec[1]
+    return orjson.loads(memoryview(rec)[2:]), bool(flags & STATE_FIRST), bool(flags & STATE_LAST)
+
+
+def channels_ask(topic: bytes) -> bytes:
+    """CHANNELS_ASK: a new topic; which channels do the lookupds know?"""
+    return bytes((CHANNELS_ASK,)) + topic
+
+
+def parse_channels_ask(rec: bytes) -> bytes:
+    """The topic of a CHANNELS_ASK."""
+    return rec[1:]
+
+
+# -- router 0 -> every acceptor ---------------------------------------------------------
+def config_set(overrides: dict) -> bytes:
+    """CONFIG_SET: every option changed at run time, {option: value}."""
+    return _json(CONFIG_SET, overrides)
+
+
+parse_config_set = _parse_json  # -> {option: value}
+
+
+# -- router <-> timer -------------------------------------------------------------------
 def arm(items: list[tuple[int, int]]) -> bytes:
+    """ARM of (token, deadline_ns) pairs."""
     flat = [v for pair in items for v in pair]
     return bytes((ARM,)) + struct.pack("<" + "Qq" * len(items), *flat)
 
@@ -146,33 +491,53 @@ def arm_flat(values: array) -> bytes:
     return bytes((ARM,)) + values.tobytes()
 
 
-def unpack_arm(rec: bytes) -> list[tuple[int, int]]:
+def arm_packed(pairs: bytes | memoryview) -> bytes:
+    """ARM of pairs already packed as (token u64, deadline i64) little-endian."""
+    return _ARM_KIND + pairs
+
+
+def parse_arm(rec: bytes) -> list[tuple[int, int]]:
+    """The (token, deadline_ns) pairs of an ARM."""
     return list(TOKEN_DEADLINE.iter_unpack(memoryview(rec)[1:]))
 
 
-def _named(kind: int, topic: bytes, rest: bytes) -> bytes:
-    return bytes((kind, len(topic))) + topic + rest
+unpack_arm = parse_arm
 
 
-def _unpack_named(rec: bytes, pos: int) -> tuple[bytes, bytes]:
-    tlen = rec[pos]
-    return rec[pos + 1: pos + 1 + tlen], rec[pos + 1 + tlen:]
+def arm_entries(rec: bytes) -> memoryview:
+    """An ARM's packed pairs, as the deadline heap takes them (no copy)."""
+    return memoryview(rec)[1:]
 
 
-def lookup_reg(register: bool, topic: bytes, channel: bytes = b"") -> bytes:
-    return bytes((LOOKUP_REG, register, len(topic))) + topic + channel
+def disarm(items: list[int]) -> bytes:
+    """DISARM of tokens."""
+    return tokens(DISARM, items)
 
 
-def unpack_lookup_reg(rec: bytes) -> tuple[bool, bytes, bytes]:
-    """(register?, topic, channel or b"" for the topic form)."""
-    topic, channel = _unpack_named(rec, 2)
-    return bool(rec[1]), topic, channel
+def disarm_packed(packed: bytes | memoryview) -> bytes:
+    """DISARM of tokens already packed as u64 little-endian."""
+    return _DISARM_KIND + packed
 
 
-def channels(topic: bytes, names_json: bytes) -> bytes:
-    return _named(CHANNELS, topic, names_json)
+disarm_entries = arm_entries  # a DISARM's packed tokens, as the heap takes them
 
 
-def unpack_channels(rec: bytes) -> tuple[bytes, bytes]:
-    """(topic, JSON list of channel names)."""
-    return _unpack_named(rec, 1)
+def fire(items: list[int]) -> bytes:
+    """FIRE of tokens."""
+    return tokens(FIRE, items)
+
+
+def fire_packed(packed: bytes | memoryview) -> bytes:
+    """FIRE of tokens already packed as u64 little-endian (the heap's output: one copy)."""
+    return _FIRE_KIND + packed
+
+
+parse_disarm = parse_fire = unpack_tokens  # -> tokens
+
+
+def t_hello() -> bytes:
+    """T_HELLO: the timer restarted; re-send every ARM."""
+    return _T_HELLO
+
+
+_ARM_KIND, _DISARM_KIND, _FIRE_KIND, _T_HELLO = bytes((ARM,)), bytes((DISARM,)), bytes((FIRE,)), bytes((T_HELLO,))

@@ -1,33 +1,22 @@
 """Server-to-client framing of the NSQ TCP protocol V2.
 
-Frame on the wire (big-endian)::
-
-    +-----------+-----------+----------------+
-    | size: i32 | type: i32 | data           |   size = 4 + len(data)
-    +-----------+-----------+----------------+
-      type 0 = response, 1 = error, 2 = message
-
-Message frame data (also the payload of a segment record, see nsqmp.diskqueue)::
-
-    +----------------+---------------+---------------+--------+
-    | timestamp: i64 | attempts: u16 | id: 16 bytes  | body   |
-    | ns since epoch |               | ASCII hex     |        |
-    +----------------+---------------+---------------+--------+
-      26 bytes of header: the smallest valid message
+The frame (size i32, type i32, data; big-endian) and the message header (timestamp i64,
+attempts u16, id 16 ASCII hex; also a segment record's payload) are drawn once in
+native/layouts.h and declared for Python in nsqmp.layouts; the names below are those.
 """
 from __future__ import annotations
 
-import struct
+from nsqmp.layouts import FRAME_ERROR, FRAME_HEAD, FRAME_MESSAGE, FRAME_RESPONSE, MESSAGE_FRAME_HEAD, MESSAGE_HEAD
+
+__all__ = ["CLOSE_WAIT", "CLOSE_WAIT_FRAME", "FRAME_ERROR", "FRAME_HEADER", "FRAME_MESSAGE", "FRAME_RESPONSE",
+           "HEARTBEAT", "HEARTBEAT_FRAME", "MAGIC_V2", "MESSAGE_HEADER", "MESSAGE_HEADER_SIZE", "OK", "OK_FRAME",
+           "error", "frame", "message_frame", "response"]
 
 MAGIC_V2 = b"  V2"
 
-FRAME_RESPONSE = 0
-FRAME_ERROR = 1
-FRAME_MESSAGE = 2
-
-MESSAGE_HEADER = struct.Struct(">qH16s")
-MESSAGE_HEADER_SIZE = MESSAGE_HEADER.size  # 26
-FRAME_HEADER = struct.Struct(">ii")
+MESSAGE_HEADER = MESSAGE_HEAD
+MESSAGE_HEADER_SIZE = MESSAGE_HEAD.size  # 26
+FRAME_HEADER = FRAME_HEAD
 
 HEARTBEAT = b"_heartbeat_"
 OK = b"OK"
@@ -47,12 +36,9 @@ def error(data: bytes) -> bytes:
     return frame(FRAME_ERROR, data)
 
 
-_MESSAGE_FRAME_HEAD = struct.Struct(">iiqH16s")  # FRAME_HEADER + MESSAGE_HEADER in one pack
-
-
 def message_frame(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
     """A type-2 frame carrying one message."""
-    return _MESSAGE_FRAME_HEAD.pack(len(body) + MESSAGE_HEADER_SIZE + 4, FRAME_MESSAGE,
+    return MESSAGE_FRAME_HEAD.pack(len(body) + MESSAGE_HEADER_SIZE + 4, FRAME_MESSAGE,
                                     timestamp, attempts & 0xFFFF, msg_id) + body
 
 

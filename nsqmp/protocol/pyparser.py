@@ -27,6 +27,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
+from nsqmp.layouts import SPAN
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
@@ -46,7 +48,7 @@ Command = tuple[tuple[bytes, ...], int, int, int]
 ClientErrorText = tuple[str, str]
 
 _I32 = struct.Struct(">i")
-_SPAN = struct.Struct("<II")
+_SPAN = SPAN  # nsqmp.layouts: where each body of an MPUB is
 # one shared object per known token, as the native parser has
 _TOKENS = {t: t for t in (b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB", b"SUB", b"RDY", b"FIN",
                           b"REQ", b"TOUCH", b"CLS", b"NOP")}

@@ -18,6 +18,7 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
+from nsqmp.layouts import LENGTH_MASK, RECORD_HEAD
 from nsqmp.router.readback import Message, read_messages
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqmp.router")
 
-_LENGTH = 0x7FFFFFFF
 _CHUNK = 1 << 20  # bytes read from a file at a time
 _BUFFER = memoryview(bytearray(_CHUNK))  # read_messages copies what it keeps out of it
 
@@ -144,10 +144,10 @@ def read_range(seg: Segment, start: int, end: int, want: int) -> tuple[list[tupl
             data = _BUFFER[:os.preadv(fd, [_BUFFER[:min(end - start, _CHUNK)]], start)]
             try:
                 got, pos, d = read_messages(data, start, want - len(out), seg)
-                if pos == 0 and len(data) >= 8:  # one record larger than a chunk
-                    length = int.from_bytes(data[:4], "little") & _LENGTH
-                    data = os.pread(fd, 8 + length, start)
-                    if len(data) < 8 + length:
+                if pos == 0 and len(data) >= RECORD_HEAD.size:  # one record larger than a chunk
+                    size = RECORD_HEAD.size + (RECORD_HEAD.unpack_from(data)[0] & LENGTH_MASK)
+                    data = os.pread(fd, size, start)
+                    if len(data) < size:
                         raise OSError(f"record at offset {start} cut short")
                     got, pos, d = read_messages(data, start, 1, seg)
             except ValueError as exc:  # a length word of 0, a record too short

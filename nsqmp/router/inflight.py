@@ -1,8 +1,10 @@
 """A channel's messages in flight: picks the implementation.
 
-``InFlightMap`` is the native one from ``nsqmp._native`` (``native/inflight.c``, slot
-layout drawn there) unless ``NSQMP_PURE_PYTHON=1`` is set or the extension cannot be
-imported; then it is the pure-Python twin :mod:`nsqmp.router.pyinflight`. One delivery
+``InFlightMap`` and ``Flight`` are the native ones from ``nsqmp._native``
+(``native/inflight.c``, slot layout drawn there; ``native/flight.h``, whose struct the
+map reads instead of looking attributes up) unless ``NSQMP_PURE_PYTHON=1`` is set or the
+extension cannot be imported; then they are the pure-Python twins of
+:mod:`nsqmp.router.pyinflight` (same fields, same constructor). One delivery
 pass for one consumer, and one timed-out flight, are one call each::
 
     taken = in_flight.fly(ready, n, flight, flight.members, out)
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from nsqmp.router import pyinflight
 
-__all__ = ["NATIVE", "InFlightMap"]
+__all__ = ["NATIVE", "Flight", "InFlightMap"]
 
 _native: Any
 try:
@@ -27,8 +29,8 @@ except ImportError:  # extension not built
 NATIVE = (_native is not None and hasattr(_native, "InFlightMap")
           and os.environ.get("NSQMP_PURE_PYTHON", "") != "1")
 if TYPE_CHECKING:
-    from nsqmp.router.pyinflight import InFlightMap
+    from nsqmp.router.pyinflight import Flight, InFlightMap
 elif NATIVE:
-    InFlightMap = _native.InFlightMap
+    InFlightMap, Flight = _native.InFlightMap, _native.Flight
 else:
-    InFlightMap = pyinflight.InFlightMap
+    InFlightMap, Flight = pyinflight.InFlightMap, pyinflight.Flight

@@ -1,12 +1,34 @@
-"""Pure-Python twin of ``InFlightMap`` (``native/inflight.c``): same API, same results.
+"""Pure-Python twins of ``InFlightMap`` (``native/inflight.c``) and ``Flight``
+(``native/flight.h``): same API, same results, same field names.
 
 A channel's messages in flight, by message id: (message, attempts, flight) each.
 """
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["InFlightMap"]
+__all__ = ["Flight", "InFlightMap"]
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """The messages one delivery pass handed to one consumer: one deadline, one timer entry.
+
+    A message leaves its flight when it is finished, requeued or touched (a TOUCH gives it
+    a flight of its own); the timer entry is disarmed when the last one has left, and the
+    flight's messages still in it time out together when it fires. Which members are
+    still in it is the channel's InFlightMap's to say (each entry names its flight).
+    """
+    token: int
+    consumer: Any  # the router's Consumer
+    deadline: int  # CLOCK_MONOTONIC ns
+    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
+    live: int = 0  # members still in this flight
+    # what it went out with, flat: Message, attempts, Message, attempts, ... (the map's
+    # land/expire put them back in the queue from this; see native/inflight.c)
+    members: list = field(default_factory=list)
 
 
 def _check(members: list) -> None:

@@ -2,23 +2,24 @@
 
 Same API and same results as the native ``Message``, ``read_messages`` and
 ``pack_frames`` (the tests compare them byte for byte); nsqmp/router/readback.py picks
-one. Segment records are those of nsqmp/diskqueue/segment.py (drawn in
-native/publish.h); frames are those of nsqmp/protocol/frames.py.
+one. Segment records, message headers and frames are drawn in native/layouts.h and declared
+for Python in nsqmp.layouts, imported here.
 """
 from __future__ import annotations
 
 import struct
 
-from nsqmp.diskqueue.segment import DEFER, MIN_PAYLOAD
+from nsqmp.layouts import (DEFER, DUE, FRAME_MESSAGE, ID, ID_AT, LENGTH_MASK, MESSAGE_FRAME_HEAD, MESSAGE_HEAD,
+                           RECORD_HEAD)
 
 __all__ = ["Message", "pack_frames", "read_messages"]
 
-_WORD = struct.Struct("<I")
-_TS = struct.Struct(">q")
-_DUE = struct.Struct("<q")
-_LENGTH = 0x7FFFFFFF
-_FRAME_HEAD = struct.Struct(">iiqH16s")  # size, type 2, timestamp, attempts, id
-_FRAME_HEAD_SIZE = _FRAME_HEAD.size  # 34
+_WORD = struct.Struct("<I")  # a record's length word (RECORD_HEAD's first field)
+_TS = struct.Struct(">q")  # a message header's timestamp (MESSAGE_HEAD's first field)
+_HEAD = RECORD_HEAD.size
+_MIN = MESSAGE_HEAD.size
+_ID_END = ID_AT + ID
+_FRAME_HEAD_SIZE = MESSAGE_FRAME_HEAD.size  # 34
 
 
 class Message:
@@ -31,7 +32,7 @@ class Message:
                  segment, offset: int) -> None:
         # a copy unless already bytes; TypeError unless bytes-like, as the native "y*"
         msg_id = msg_id if type(msg_id) is bytes else bytes(memoryview(msg_id))
-        if len(msg_id) != 16:
+        if len(msg_id) != ID:
             raise ValueError("a message id must be 16 bytes")
         self._id = msg_id
         self.ts = ts
@@ -65,29 +66,29 @@ def read_messages(buf, base: int, want: int, segment) -> tuple[list[tuple[Messag
     ts_at = _TS.unpack_from
     deferred = 0
     pos = 0
-    while len(entries) < want and n - pos >= 8:
+    while len(entries) < want and n - pos >= _HEAD:
         word = word_at(data, pos)[0]
-        length = word & _LENGTH
+        length = word & LENGTH_MASK
         if length == 0:
             raise ValueError(f"no record at offset {base + pos}")
-        p = pos + 8
+        p = pos + _HEAD
         stop = p + length
         if word & DEFER:
-            if length < MIN_PAYLOAD + 8:
+            if length < _MIN + DUE.size:
                 raise ValueError(f"record too short at offset {base + pos}")
             if stop > n:
                 break
-            due = _DUE.unpack_from(data, p)[0]
-            p += 8
+            due = DUE.unpack_from(data, p)[0]
+            p += DUE.size
             if due:
                 deferred += 1
         else:
-            if length < MIN_PAYLOAD:
+            if length < _MIN:
                 raise ValueError(f"record too short at offset {base + pos}")
             if stop > n:
                 break
             due = 0
-        append((Message(data[p + 10:p + 26], ts_at(data, p)[0], data[p + 26:stop], segment,
+        append((Message(data[p + ID_AT:p + _ID_END], ts_at(data, p)[0], data[p + _MIN:stop], segment,
                         base + pos), due))
         pos = stop
     return entries, pos, deferred
@@ -99,7 +100,7 @@ def pack_frames(head, entries, start: int, max_bytes: int) -> tuple[bytes, int]:
     if start < 0:
         raise ValueError("start must not be negative")
     parts = [head]
-    pack = _FRAME_HEAD.pack
+    pack = MESSAGE_FRAME_HEAD.pack
     size = 0
     i, n = start, len(entries)
     while i < n:
@@ -108,7 +109,7 @@ def pack_frames(head, entries, start: int, max_bytes: int) -> tuple[bytes, int]:
         flen = _FRAME_HEAD_SIZE + len(body)
         if i > start and size + flen > max_bytes:
             break
-        parts.append(pack(flen - 4, 2, m.ts, attempts & 0xFFFF, m.id))
+        parts.append(pack(flen - 4, FRAME_MESSAGE, m.ts, attempts & 0xFFFF, m.id))
         parts.append(body)
         size += flen
         i += 1

@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import heapq
 import os
-import struct
 import sys
 from array import array
 from operator import index
 from typing import Any
+
+from nsqmp.ipc.records import TOKEN, TOKEN_DEADLINE
 
 __all__ = ["DeadlineHeap", "NativeDeadlineHeap", "PyDeadlineHeap"]
 
@@ -50,8 +51,8 @@ _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
-_PAIR = struct.Struct("<Qq")
-_TOKEN = struct.Struct("<Q")
+_PAIR = TOKEN_DEADLINE  # an ARM's entry (nsqmp.ipc.records)
+_TOKEN = TOKEN  # a DISARM's or FIRE's entry
 _SWAP = sys.byteorder != "little"
 
 
@@ -170,7 +171,7 @@ class PyDeadlineHeap:
         live = self._live
         heap = self._heap
         push = heapq.heappush
-        with _records(buf, 16) as view:
+        with _records(buf, _PAIR.size) as view:
             for token, deadline in _PAIR.iter_unpack(view):
                 key = (owner, token)
                 old = live.get(key)
@@ -187,7 +188,7 @@ class PyDeadlineHeap:
         owner = _owner(owner)
         removed = 0
         pop = self._live.pop
-        with _records(buf, 8) as view:
+        with _records(buf, _TOKEN.size) as view:
             for (token,) in _TOKEN.iter_unpack(view):
                 if pop((owner, token), None) is not None:
                     removed += 1

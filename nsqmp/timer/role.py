@@ -25,7 +25,6 @@ FIRE_BATCH = 65536  # entries popped per wake-up before the loop gets a turn
 # deadline: at most this late, and at most one wake-up per quantum however many distinct
 # deadlines it holds (one per deadline cost 6x the CPU of the loop's millisecond timers)
 WAKE_QUANTUM_NS = 250_000
-_FIRE = bytes((records.FIRE,))
 
 
 def fire_chunk_bytes(ring_capacity: int) -> int:
@@ -52,15 +51,15 @@ class Timer(Role):
 
     def started(self) -> None:
         for j in range(self.plan.routers):
-            self.endpoint.send(self.plan.router_slot(j), bytes((records.T_HELLO,)))
+            self.endpoint.send(self.plan.router_slot(j), records.t_hello())
 
     def on_record(self, src: int, rec: bytes) -> None:
         kind = rec[0]
         try:
             if kind == records.ARM:
-                self.heap.arm_many(src, memoryview(rec)[1:])
+                self.heap.arm_many(src, records.arm_entries(rec))
             elif kind == records.DISARM:
-                self.heap.disarm_many(src, memoryview(rec)[1:])
+                self.heap.disarm_many(src, records.disarm_entries(rec))
             else:
                 self.log.error("unexpected record kind %d from slot %d", kind, src)
                 return
@@ -88,11 +87,11 @@ class Timer(Role):
         for owner, tokens in due:
             popped += len(tokens)
             if len(tokens) <= chunk:
-                self.endpoint.send(owner, _FIRE + tokens)
+                self.endpoint.send(owner, records.fire_packed(tokens))
                 continue
             view = memoryview(tokens)
             for start in range(0, len(tokens), chunk):
-                self.endpoint.send(owner, _FIRE + view[start : start + chunk])
+                self.endpoint.send(owner, records.fire_packed(view[start : start + chunk]))
         if popped == FIRE_BATCH * 8:
             # more may be due: carry on once the loop has drained the rings
             self._wake_at = now  # so nothing plans a wake-up meanwhile

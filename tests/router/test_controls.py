@@ -38,13 +38,13 @@ def setup():
 
 def barriers(sent: Sent) -> list[tuple[int, int]]:
     """(slot, barrier id) of every BARRIER sent, and forget them."""
-    out = [(dst, records.BARRIER_ID.unpack(rec)[1]) for dst, rec in sent if rec[0] == records.BARRIER]
+    out = [(dst, records.parse_barrier(rec)) for dst, rec in sent if rec[0] == records.BARRIER]
     sent.clear()
     return out
 
 
 def ok(barrier: int) -> bytes:
-    return records.BARRIER_ID.pack(records.BARRIER_OK, barrier)
+    return records.barrier_ok(barrier)
 
 
 def test_answered_once_every_acceptor_answered_in_order_and_later_ones_share_the_next(setup):

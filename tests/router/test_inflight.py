@@ -408,17 +408,59 @@ def test_a_cycle_through_the_map_is_collected(name):
 def test_the_chooser_picks_native_unless_told_otherwise():
     if chooser.NATIVE:
         assert chooser.InFlightMap is native_module("InFlightMap").InFlightMap
+        assert chooser.Flight is native_module("Flight").Flight
     else:
         assert chooser.InFlightMap is pyinflight.InFlightMap
+        assert chooser.Flight is pyinflight.Flight
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_flight_has_the_twins_fields_and_constructor(impl):
+    cls = native_module("Flight").Flight if impl == "native" else pyinflight.Flight
+    consumer = object()
+    f = cls(7, consumer, 100, 90)
+    assert (f.token, f.consumer, f.deadline, f.delivered, f.live, f.members) == (7, consumer, 100, 90, 0, [])
+    assert f.members is not cls(7, consumer, 100, 90).members  # a new list each
+    m = [message(1), 1]
+    g = cls(8, consumer, 200, 190, 1, m)
+    assert g.members is m and g.live == 1
+    g.live -= 1
+    g.deadline, g.consumer = 300, "other"
+    assert (g.live, g.deadline, g.consumer) == (0, 300, "other")
+    assert cls(token=1, consumer=None, deadline=2, delivered=3, live=4).live == 4
+    assert f != cls(7, consumer, 100, 90) and len({f, f}) == 1  # identity, as the dataclass (eq=False)
+    with pytest.raises(AttributeError):
+        f.other = 1  # slots only
+
+
+def test_a_native_flight_in_a_cycle_is_collected():
+    cls = native_module("Flight").Flight
+
+    class Consumer:
+        pass
+
+    c = Consumer()
+    f = cls(1, c, 0, 0)
+    c.flights = {1: f}
+    f.members.append(f)
+    gone = weakref.ref(c)
+    del c, f
+    gc.collect()
+    assert gone() is None
 
 
 class Segment:  # stands in for router.topic.Segment: finish() only groups by identity
     pass
 
 
-class FinFlight:
-    def __init__(self, consumer: str, live: int) -> None:
-        self.consumer, self.live = consumer, live
+def fin_flight(flight_impl: str, consumer: str, live: int):
+    """A Flight of the native type (finish reads its struct) or the twin's (attributes)."""
+    cls = native_module("Flight").Flight if flight_impl == "native" else pyinflight.Flight
+    return cls(0, consumer, 0, 0, live)
+
+
+# (map, flight): each map with its own Flight, and the native map with the twin's Flight
+FIN_PAIRS = [("native", "native"), ("python", "python"), ("native", "python")]
 
 
 SEGMENTS = [Segment(), Segment(), None]
@@ -434,9 +476,9 @@ def test_finish_takes_what_the_consumer_owns_and_reports_the_rest(held_spec, fin
     msgs = [Message(f"{k:016x}".encode(), k, b"", SEGMENTS[seg], 100 + k) for k, (_, seg) in enumerate(held_spec)]
     ids = b"".join(f"{k:016x}".encode() for k in fin_spec)
     results = []
-    for name in IMPLS:
+    for name, flight_impl in FIN_PAIRS:
         held = make(name)
-        flights = [FinFlight("me", 0), FinFlight("me", 0), FinFlight("me", 0), FinFlight("other", 0)]
+        flights = [fin_flight(flight_impl, c, 0) for c in ("me", "me", "me", "other")]
         for m, (fl, _) in zip(msgs, held_spec):
             held.put(m, 1, flights[fl])
             flights[fl].live += 1
@@ -467,15 +509,15 @@ def test_finish_takes_what_the_consumer_owns_and_reports_the_rest(held_spec, fin
             else:
                 want_runs.append((seg, [100 + k]))
     want = (want_got, want_runs, want_bad, want_emptied, live, len(held_spec) - len(want_got))
-    assert results[0] == want
-    assert results[1] == want
+    assert results == [want] * len(FIN_PAIRS)
 
 
-def test_native_finish_keeps_no_stray_references():
+@pytest.mark.parametrize("flight_impl", IMPLS)
+def test_native_finish_keeps_no_stray_references(flight_impl):
     held = make("native")
     seg = Segment()
     m = Message(b"%016x" % 9, 9, b"", seg, 9)
-    f = FinFlight("me", 0)
+    f = fin_flight(flight_impl, "me", 0)
     before = sys.getrefcount(m), sys.getrefcount(f), sys.getrefcount(seg)
     for _ in range(1000):
         held.put(m, 1, f)

@@ -132,7 +132,7 @@ def test_deferred_messages_share_a_timer_entry_per_millisecond_and_fire_together
     arms = list(router.deadlines.arms)
     assert len(arms) == 6 and arms[0::2] == [seven.token, eight.token, ch.deferred[0].token]
     # a FIRE for slot 7: its three, in arrival order, with their attempts
-    router.on_fire(0, records.tokens(records.FIRE, [seven.token]))
+    router.on_fire(0, records.fire([seven.token]))
     assert [(m.body, tries) for m, tries in ch.ready] == [(b"m0", 2), (b"m1", 2), (b"m3", 2)]
     assert ch.deferred_count == 2 and 7 not in ch.deferred and seven.token not in router.deadlines.tokens
     assert sum(router.deadlines.fire_lateness["deferred"].counts) == 3

@@ -184,7 +184,7 @@ def test_fire_payload_is_a_fire_record(h):
     h.arm_many(4, arm_buf([(t, 1000 - t) for t in range(100)]))
     [(owner, payload)] = h.pop_due(10**6)
     assert owner == 4 and type(payload) is bytes
-    assert records.unpack_tokens(bytes((records.FIRE,)) + payload) == tuple(
+    assert records.parse_fire(records.fire_packed(payload)) == tuple(
         range(99, -1, -1)
     )
 
@@ -208,8 +208,8 @@ def test_disarm_many(h):
 
 def test_buffer_types(h):
     pairs = [(t, 100 + t) for t in range(8)]
-    record = bytes((records.ARM,)) + arm_buf(pairs)
-    assert h.arm_many(0, memoryview(record)[1:]) == 8  # what the timer role passes
+    record = records.arm_packed(arm_buf(pairs))
+    assert h.arm_many(0, records.arm_entries(record)) == 8  # what the timer role passes
     assert h.arm_many(1, bytearray(arm_buf(pairs))) == 8
     assert h.arm_many(2, array.array("q", [v for p in pairs for v in p])) == 8
     assert h.arm_many(3, memoryview(arm_buf(pairs)).cast("Q")) == 8
@@ -795,14 +795,14 @@ def test_timer_role_fires_in_chunks_per_owner(impl):
             deadlines.update({(owner, tok): d for tok, d in pairs})
             for start in range(0, len(pairs), 300):
                 timer.on_record(
-                    owner, bytes((records.ARM,)) + arm_buf(pairs[start : start + 300])
+                    owner, records.arm_packed(arm_buf(pairs[start : start + 300]))
                 )
-        timer.on_record(2, bytes((records.DISARM,)) + tok_buf(list(range(0, 1000, 10))))
+        timer.on_record(2, records.disarm_packed(tok_buf(list(range(0, 1000, 10)))))
         timer.on_record(
-            3, bytes((records.ARM,)) + arm_buf([(5, t0 + 1_000_000_000)])
+            3, records.arm_packed(arm_buf([(5, t0 + 1_000_000_000)]))
         )  # TOUCH
-        timer.on_record(3, bytes((records.ARM,)) + b"\0" * 15)  # malformed: ignored
-        timer.on_record(3, bytes((records.FIN,)))  # unexpected kind: ignored
+        timer.on_record(3, records.arm_packed(b"\0" * 15))  # malformed: ignored
+        timer.on_record(3, bytes(records.fin(0)))  # unexpected kind: ignored
         del deadlines[(3, 5)]
         for tok in range(0, 1000, 10):
             del deadlines[(2, tok)]
@@ -823,7 +823,7 @@ def test_timer_role_fires_in_chunks_per_owner(impl):
     for dst, at, rec in timer.endpoint.sent:
         assert rec[0] == records.FIRE
         assert len(rec) <= 4096 // 4 - 64
-        for tok in records.unpack_tokens(rec):
+        for tok in records.parse_fire(rec):
             assert (dst, tok) not in fired
             fired[(dst, tok)] = at
     assert set(fired) == set(deadlines)
@@ -841,7 +841,7 @@ def test_timer_role_continues_big_batches(impl, monkeypatch):
     try:
         t0 = time.monotonic_ns()
         timer.on_record(
-            2, bytes((records.ARM,)) + arm_buf([(tok, t0 - tok) for tok in range(1050)])
+            2, records.arm_packed(arm_buf([(tok, t0 - tok) for tok in range(1050)]))
         )
         loop.call_later(0.2, loop.stop)
         loop.run_forever()
@@ -850,6 +850,6 @@ def test_timer_role_continues_big_batches(impl, monkeypatch):
         loop.close()
     sizes = [(len(rec) - 1) // 8 for _, _, rec in timer.endpoint.sent]
     assert sizes == [100] * 10 + [50]
-    toks = [t for _, _, rec in timer.endpoint.sent for t in records.unpack_tokens(rec)]
+    toks = [t for _, _, rec in timer.endpoint.sent for t in records.parse_fire(rec)]
     assert toks == list(range(1049, -1, -1))
     assert len(timer.heap) == 0

@@ -1,0 +1,220 @@
+"""Each ring record kind: its builder's bytes parse back to what was built, and the
+bytes are those the layout in nsqmp.ipc.records draws (kind first, little-endian)."""
+from __future__ import annotations
+
+import struct
+from array import array
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsqmp.ipc import records
+
+conns = st.integers(0, 2**64 - 1)
+u8s = st.integers(0, 255)
+u16s = st.integers(0, 0xFFFF)
+u32s = st.integers(0, 2**32 - 1)
+u64s = st.integers(0, 2**64 - 1)
+names = st.binary(min_size=1, max_size=64)
+ids = st.binary(min_size=16, max_size=16)
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=10)
+overrides = st.dictionaries(st.text(min_size=1, max_size=20), st.integers(-2**53, 2**53) | st.text(max_size=10) | st.booleans(),
+                            max_size=5)
+
+
+@given(u16s, u32s, u64s, u32s, names, st.binary(max_size=200))
+def test_publish(acceptor, seq, offset, count, topic, blob):
+    rec = records.publish(acceptor, seq, offset, count, topic, blob)
+    assert rec[0] == records.PUBLISH
+    a, s, o, c, t, b = records.parse_publish(rec)
+    assert (a, s, o, c, t, bytes(b)) == (acceptor, seq, offset, count, topic, blob)
+    # the in-place head the acceptor writes before encoding its records after it
+    into = bytearray(records.publish_head_size(topic) + len(blob))
+    at = records.publish_head_into(into, acceptor, seq, offset, count, topic)
+    into[at:] = blob
+    assert bytes(into) == rec
+
+
+@given(u16s, u32s, u64s, u32s, u32s, names)
+def test_publish_at(acceptor, seq, offset, count, size, topic):
+    rec = records.publish_at(acceptor, seq, offset, count, size, topic)
+    assert rec[0] == records.PUBLISH_AT
+    assert records.parse_publish_at(rec) == (acceptor, seq, offset, count, size, topic)
+
+
+@given(conns, names, names, st.binary(max_size=100))
+def test_sub_and_resub(conn, topic, channel, info):
+    assert records.sub(conn, topic, channel, info)[0] == records.SUB
+    assert records.resub(conn, topic, channel, info)[0] == records.RESUB
+    assert records.parse_sub(records.sub(conn, topic, channel, info)) == (conn, topic, channel, info)
+    assert records.parse_resub(records.resub(conn, topic, channel, info)) == (conn, topic, channel, info)
+
+
+@given(conns, u32s)
+def test_rdy(conn, count):
+    rec = records.rdy(conn, count)
+    assert rec == struct.pack("<BQI", records.RDY, conn, count)
+    assert records.parse_rdy(rec) == (conn, count)
+
+
+@given(conns, st.lists(ids, max_size=10))
+def test_fin(conn, many):
+    rec = records.fin(conn, b"".join(many))
+    assert rec[0] == records.FIN and rec[records.FIN_IDS_AT:] == b"".join(many)
+    c, view = records.parse_fin(bytes(rec))
+    assert (c, [bytes(view[k:k + 16]) for k in range(0, len(view), 16)]) == (conn, many)
+
+
+@given(conns, u32s, ids)
+def test_req(conn, delay, msg_id):
+    rec = records.req(conn, delay, msg_id)
+    assert rec == struct.pack("<BQI16s", records.REQ, conn, delay, msg_id)
+    assert records.parse_req(rec) == (conn, delay, msg_id)
+
+
+@given(conns, ids)
+def test_touch(conn, msg_id):
+    rec = records.touch(conn, msg_id)
+    assert rec[0] == records.TOUCH
+    assert records.parse_touch(rec) == (conn, msg_id)
+
+
+@given(conns)
+def test_the_records_of_one_connection(conn):
+    for build, parse, kind in ((records.cls, records.parse_cls, records.CLS),
+                               (records.gone, records.parse_gone, records.GONE),
+                               (records.sub_ok, records.parse_sub_ok, records.SUB_OK),
+                               (records.close_conn, records.parse_close_conn, records.CLOSE_CONN)):
+        rec = build(conn)
+        assert rec == struct.pack("<BQ", kind, conn)
+        assert parse(rec) == conn
+
+
+@given(u16s, st.integers(0, 2**32 - 1))
+def test_hello_a(acceptor, generation):
+    rec = records.hello_a(acceptor, generation)
+    assert rec[0] == records.A_HELLO
+    assert records.parse_hello_a(rec) == (acceptor, generation)
+
+
+@given(u16s)
+def test_hello_r_and_t_hello(router):
+    assert records.parse_hello_r(records.hello_r(router)) == router
+    assert records.hello_r(router)[0] == records.R_HELLO
+    assert records.t_hello() == bytes((records.T_HELLO,))
+
+
+@given(u32s, json_values)
+def test_control_and_reply(req_id, value):
+    rec = records.control(req_id, value)
+    assert rec[0] == records.CONTROL
+    assert records.parse_control(rec) == (req_id, value)
+    rec = records.reply(req_id, value)
+    assert rec[0] == records.REPLY
+    assert records.reply_id(rec) == req_id
+    assert records.parse_reply(rec) == (req_id, value)
+
+
+@given(names, st.lists(st.text(min_size=1, max_size=10), max_size=5))
+def test_channels_and_channels_ask(topic, known):
+    import orjson
+    rec = records.channels(topic, orjson.dumps(known))
+    assert rec[0] == records.CHANNELS
+    t, names_json = records.parse_channels(rec)
+    assert (t, orjson.loads(names_json)) == (topic, known)
+    assert records.parse_channels_ask(records.channels_ask(topic)) == topic
+    assert records.channels_ask(topic)[0] == records.CHANNELS_ASK
+
+
+@given(st.integers(0, 100000))
+def test_lookupds(count):
+    rec = records.lookupds(count)
+    assert rec[0] == records.LOOKUPDS
+    assert records.parse_lookupds(rec) == min(count, 0xFFFF)
+
+
+@given(overrides)
+def test_config_and_config_set(values):
+    assert records.config(values)[0] == records.CONFIG
+    assert records.config_set(values)[0] == records.CONFIG_SET
+    assert records.parse_config(records.config(values)) == values
+    assert records.parse_config_set(records.config_set(values)) == values
+
+
+@given(u64s)
+def test_barrier_and_barrier_ok(barrier):
+    assert records.barrier(barrier) == struct.pack("<BQ", records.BARRIER, barrier)
+    assert records.barrier_ok(barrier) == struct.pack("<BQ", records.BARRIER_OK, barrier)
+    assert records.parse_barrier(records.barrier(barrier)) == barrier
+    assert records.parse_barrier_ok(records.barrier_ok(barrier)) == barrier
+
+
+@given(conns, st.binary(max_size=100))
+def test_deliver(conn, frames):
+    rec = records.deliver_head(conn) + frames
+    assert rec[0] == records.DELIVER
+    c, view = records.parse_deliver(rec)
+    assert (c, bytes(view)) == (conn, frames)
+
+
+@given(conns, st.booleans(), st.text(max_size=50))
+def test_conn_err(conn, fatal, text):
+    rec = records.conn_err(conn, fatal, text)
+    assert rec[0] == records.CONN_ERR
+    assert records.parse_conn_err(rec) == (conn, fatal, text)
+
+
+@given(names, st.booleans())
+def test_topic_full_and_topic_gone(topic, full):
+    assert records.topic_full(topic, full) == bytes((records.TOPIC_FULL, full)) + topic
+    assert records.parse_topic_full(records.topic_full(topic, full)) == (topic, full)
+    assert records.topic_gone(topic) == bytes((records.TOPIC_GONE,)) + topic
+    assert records.parse_topic_gone(records.topic_gone(topic)) == topic
+
+
+@given(st.booleans(), names, st.binary(max_size=64))
+def test_lookup_reg(register, topic, channel):
+    rec = records.lookup_reg(register, topic, channel)
+    assert rec[0] == records.LOOKUP_REG
+    assert records.parse_lookup_reg(rec) == (register, topic, channel)
+
+
+@given(st.lists(st.tuples(st.text(max_size=8), st.lists(st.text(max_size=8), max_size=3)), max_size=4),
+       st.booleans(), st.booleans())
+def test_lookup_state(piece, first, last):
+    piece = [list(p) for p in piece]
+    rec = records.lookup_state(piece, first, last)
+    assert rec[:2] == bytes((records.LOOKUP_STATE, (records.STATE_FIRST if first else 0)
+                             | (records.STATE_LAST if last else 0)))
+    assert records.parse_lookup_state(rec) == (piece, first, last)
+
+
+@given(st.lists(st.tuples(u64s, st.integers(0, 2**63 - 1)), max_size=20))
+def test_arm(pairs):
+    rec = records.arm(pairs)
+    assert rec[0] == records.ARM
+    assert records.parse_arm(rec) == pairs
+    flat = array("Q", [v for p in pairs for v in p])
+    assert records.arm_flat(flat) == rec
+    assert records.arm_packed(bytes(records.arm_entries(rec))) == rec
+
+
+@given(st.lists(u64s, max_size=20))
+def test_disarm_and_fire(tokens):
+    packed = struct.pack(f"<{len(tokens)}Q", *tokens)
+    for build, packed_build, parse, kind in ((records.disarm, records.disarm_packed, records.parse_disarm,
+                                              records.DISARM),
+                                             (records.fire, records.fire_packed, records.parse_fire, records.FIRE)):
+        rec = build(tokens)
+        assert rec == bytes((kind,)) + packed == packed_build(packed)
+        assert parse(rec) == tuple(tokens)
+    assert bytes(records.disarm_entries(records.disarm(tokens))) == packed
+
+
+def test_every_kind_is_distinct_and_fits_a_byte():
+    kinds = [v for k, v in vars(records).items() if k.isupper() and isinstance(v, int)
+             and k not in ("MEMORY_ONLY", "STATE_FIRST", "STATE_LAST", "FIN_IDS_AT", "DELIVER_FRAMES_AT")]
+    assert len(kinds) == len(set(kinds)) == 33
+    assert all(0 < k < 256 for k in kinds)

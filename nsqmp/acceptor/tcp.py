@@ -56,7 +56,7 @@ _PUB_TOKENS = (b"PUB", b"DPUB")  # taken in runs (V2Connection._queue_pub)
 # run (up to scan's 1,024), so a consumer sending TOUCH, FIN, TOUCH, FIN, ... had the rest
 # of its buffer scanned again for every FIN (about 0.1 ms a command).
 _FIN_RUN_BREAK = 128
-# what became of a scanned batch (V2Connection._run)
+# what became of a scanned batch (V2Connection.process)
 _DONE, _AGAIN, _STOP = 0, 1, 2
 
 
@@ -131,6 +131,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self._extend = host.extend_record
         self._publish_spans = host.publish_spans
         self._busy_touch = host.busy_touch
+        self._scan, self._fins_of = host.parser.scan, host.parser.fins
+        self._tls_required = bool(host.tls_required)  # True or "tcp-https": TLS before all but IDENTIFY
 
     # -- transport callbacks ---------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -220,18 +222,22 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
 
     # -- parsing ---------------------------------------------------------------
     def process(self) -> None:
-        """Handle every complete command in the buffer, until one waits or the buffer ends."""
+        """Handle every complete command in the buffer, until one waits or the buffer ends.
+
+        One function on purpose (speed): a publisher sending one PUB per write runs this
+        once per command, and the batch loop in a function of its own cost a Python call
+        per read; the steps are marked instead."""
         buf = self.buf
         if not self.magic_ok and not self._magic():
             return
         pos = 0
-        parser = self.host.parser
-        scan, fins = parser.scan, parser.fins
+        scan, fins = self._scan, self._fins_of
+        commands_get = COMMANDS.get
         try:
             while not self.closed and not self.waiting_for:
                 # only IDENTIFY (which ends the batch when it upgrades) changes self.tls
-                tls_gate = bool(self.host.tls_required) and not self.tls  # true or tcp-https
-                # a consumer's run of plain FIN lines: one C call, no tuple per command
+                tls_gate = self._tls_required and not self.tls  # true or tcp-https
+                # 1. a consumer's run of plain FIN lines: one C call, no tuple per command
                 fin_run = self.state in FIN_STATES and not tls_gate
                 if fin_run and buf.startswith(b"FIN ", pos):
                     ids, end = fins(buf, pos)
@@ -240,8 +246,48 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
                         self._send_fins(ids)
                         pos = end
                         continue
+                # 2. one scan: every complete command from pos, each to its handler
+                batch_start = pos
                 commands, _end, status, bad_body = scan(buf, pos)
-                pos, outcome = self._run(commands, pos, bad_body, tls_gate, fin_run)
+                outcome = _DONE
+                short_run_until = 0  # commands before it are in a FIN run too short for fins()
+                for i, (params, body_off, body_len, next_pos) in enumerate(commands):
+                    token = params[0]
+                    if token == b"FIN" and fin_run and pos != batch_start and i >= short_run_until:
+                        short_run_until = fin_run_worth_a_break(commands, i)
+                        if not short_run_until:
+                            outcome = _AGAIN  # the run starting here goes by fins() above
+                            break
+                    if self._pubs is not None and token not in _PUB_TOKENS:
+                        self._flush_pubs()
+                    handler = commands_get(token)
+                    if handler is None:
+                        raise FatalClientError(E.E_INVALID, f"invalid command {go_s(token)}")
+                    if tls_gate and token != b"IDENTIFY":
+                        raise FatalClientError(E.E_INVALID, f"cannot {go_s(token)} in current state (TLS required)")
+                    if body_off == BODY_INVALID:
+                        self._bad_body = bad_body
+                    elif body_off == BODY_PENDING:
+                        self._pending_at = next_pos
+                    try:
+                        handler(self, params, body_off, body_len)
+                    except (NeedMore, Suspended):
+                        outcome = _STOP  # pos stays on this command's line
+                        break
+                    except FatalClientError:
+                        raise
+                    except ClientError as err:
+                        self._flush_pubs()
+                        self.send_error(err)  # a non-fatal error consumed its command (none has a body)
+                    pos = next_pos
+                    if self.closed or self.waiting_for or self.rescan:
+                        outcome = _STOP
+                        break
+                    fin_run = self.state in FIN_STATES and not tls_gate  # after SUB or CLS
+                # 3. what next: scan again, wait, or read more
+                if outcome == _STOP and self.rescan:  # the rest was decompressed: scan it again
+                    self.rescan = False
+                    continue
                 if outcome == _AGAIN:
                     continue
                 if outcome == _STOP:
@@ -250,7 +296,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
                     continue
                 if status == SCAN_LINE_TOO_LONG:
                     # nsqd's ReadSlice fails with a full bufio buffer: it closes and sends nothing
-                    log.info("%s: command line longer than %d bytes, closing", self.remote, parser.max_line)
+                    log.info("%s: command line longer than %d bytes, closing", self.remote,
+                             self.host.parser.max_line)
                     self._flush_pubs()
                     self.close()
                 break
@@ -277,49 +324,6 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self.magic_ok = True
         del buf[:4]
         return True
-
-    def _run(self, commands: list, pos: int, bad_body: tuple[str, str] | None,
-             tls_gate: bool, fin_run: bool) -> tuple[int, int]:
-        """Handle one scanned batch from `pos`: (where the next command starts, _DONE if
-        the batch was all handled, _AGAIN to scan from there again, _STOP to wait).
-        One loop, one handler call per command: the whole per-command cost (speed)."""
-        batch_start = pos
-        short_run_until = 0  # commands before it are in a FIN run too short for fins()
-        commands_get = COMMANDS.get
-        for i, (params, body_off, body_len, next_pos) in enumerate(commands):
-            token = params[0]
-            if token == b"FIN" and fin_run and pos != batch_start and i >= short_run_until:
-                short_run_until = fin_run_worth_a_break(commands, i)
-                if not short_run_until:
-                    return pos, _AGAIN  # the run starting here goes by fins()
-            if self._pubs is not None and token not in _PUB_TOKENS:
-                self._flush_pubs()
-            handler = commands_get(token)
-            if handler is None:
-                raise FatalClientError(E.E_INVALID, f"invalid command {go_s(token)}")
-            if tls_gate and token != b"IDENTIFY":
-                raise FatalClientError(E.E_INVALID, f"cannot {go_s(token)} in current state (TLS required)")
-            if body_off == BODY_INVALID:
-                self._bad_body = bad_body
-            elif body_off == BODY_PENDING:
-                self._pending_at = next_pos
-            try:
-                handler(self, params, body_off, body_len)
-            except (NeedMore, Suspended):
-                return pos, _STOP  # pos stays on this command's line
-            except FatalClientError:
-                raise
-            except ClientError as err:
-                self._flush_pubs()
-                self.send_error(err)  # a non-fatal error consumed its command (none has a body)
-            pos = next_pos
-            if self.closed or self.waiting_for or self.rescan:
-                if self.rescan:  # the rest of the buffer was decompressed: scan it again
-                    self.rescan = False
-                    return pos, _AGAIN
-                return pos, _STOP
-            fin_run = self.state in FIN_STATES and not tls_gate  # after SUB or CLS
-        return pos, _DONE
 
     def body(self, params: Params, body_off: int, body_len: int) -> bytes:
         """The body of the command being handled; NeedMore until it is all here."""

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from nsqmp.acceptor.tcp import V2Connection
 
 RING, WAIT, WRITE = 1, 2, 4
+# a publisher stops being read while more than this many records wait for a full ring
+RING_BACKLOG_LIMIT = 256
 
 
 class FlowControl:
@@ -60,7 +62,7 @@ class FlowControl:
 class RingHold:
     """The acceptor's publishers held because a ring to a router filled up."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int = RING_BACKLOG_LIMIT) -> None:
         self.limit = limit  # records waiting for room past which a publisher is held
         self.held: set[V2Connection] = set()
 

@@ -25,8 +25,6 @@ from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
 from nsqmp.roles import Role
 
-# a publisher stops being read while this many records wait for a full ring
-_BACKLOG_PAUSE = 256
 _STATS_TIMEOUT = 5.0
 
 
@@ -107,7 +105,7 @@ class Acceptor(Role):
         self.extend_record = self.endpoint.extend_last
         self.publish_spans = self.publisher.publish_spans
         self.busy_touch = self.busy.touch
-        self.ring_hold = RingHold(_BACKLOG_PAUSE)
+        self.ring_hold = RingHold()
         self.endpoint.on_unblocked = self.ring_hold.release
         self.loop.run_until_complete(self._listen())
         if self.index == 0:
@@ -169,7 +167,7 @@ class Acceptor(Role):
         publisher while the rings are this full (nsqmp.acceptor.flow.RingHold)."""
         self.health_ok()
         self.producers.changed()
-        if self.endpoint.backlog > _BACKLOG_PAUSE:
+        if self.endpoint.backlog > self.ring_hold.limit:  # checked here: no call per publish
             self.ring_hold.hold(conn)
 
     def publish_failed(self, exc: OSError) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from nsqmp.acceptor.auth import AuthClient
+import orjson
+
+from nsqmp.acceptor.auth import AuthClient, parse_state
 from nsqmp.acceptor.tcp import V2Connection
 from nsqmp.client import wire
 from nsqmp.config.loader import load
@@ -78,11 +80,25 @@ class Timer:
 
 
 class HandLoop:
-    """The part of a loop a connection uses: timers are kept and run by the test
-    (`due`, `run`); tasks are refused (nothing here needs an auth server or TLS)."""
+    """The part of a loop a connection uses: timers and tasks are kept and run by the
+    test (`run`, `run_tasks`)."""
 
     def __init__(self) -> None:
         self.timers: list[Timer] = []
+        self.tasks: list[Coroutine] = []
+
+    def create_task(self, coro: Coroutine) -> None:
+        self.tasks.append(coro)
+
+    def run_tasks(self) -> None:
+        """Run the tasks queued so far; each must finish without waiting on anything."""
+        tasks, self.tasks = self.tasks, []
+        for coro in tasks:
+            try:
+                coro.send(None)
+            except StopIteration:
+                continue
+            raise AssertionError(f"{coro} waited for something")
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(time.monotonic() + delay, callback)
@@ -171,9 +187,25 @@ class RecordingAcceptor:
         return out
 
 
-def connect(*flags: str) -> tuple[V2Connection, MemoryTransport, RecordingAcceptor]:
+class AnsweringAuth:
+    """Auth servers (host.AuthService) that answer every query with one JSON body, read by
+    the real parser of their answers; the queries asked are kept."""
+    enabled = True
+
+    def __init__(self, answer: dict) -> None:
+        self.answer = answer
+        self.queries: list[tuple[str, bool, str, bytes]] = []
+
+    async def query(self, remote_ip: str, tls: bool, common_name: str, secret: bytes, now: float) -> Any:
+        self.queries.append((remote_ip, tls, common_name, secret))
+        return parse_state(orjson.dumps(self.answer), now)
+
+
+def connect(*flags: str, auth: Any = None) -> tuple[V2Connection, MemoryTransport, RecordingAcceptor]:
     """A connection made on a fresh transport, the magic sent."""
     host = RecordingAcceptor(*flags)
+    if auth is not None:
+        host.auth = auth
     conn = V2Connection(host)
     transport = MemoryTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]

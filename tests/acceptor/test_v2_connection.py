@@ -16,7 +16,7 @@ from nsqmp.client import wire
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError
 from nsqmp.protocol.frames import FRAME_RESPONSE, HEARTBEAT
-from tests.acceptor.seams import CONN_ID, I32, MemoryTransport, RecordingAcceptor, connect, frames, responses
+from tests.acceptor.seams import CONN_ID, I32, AnsweringAuth, MemoryTransport, RecordingAcceptor, connect, frames, responses
 
 MSG_ID = b"0123456789abcdef"
 
@@ -172,6 +172,36 @@ def test_an_error_from_the_router_keeps_the_connection_unless_fatal():
     conn, transport, _ = subscribed()
     conn.send_error(ClientError("E_FIN_FAILED", "FIN x failed ID not in flight"))
     assert responses(transport) == [b"E_FIN_FAILED FIN x failed ID not in flight"] and not transport.closed
+
+
+# -- AUTH -----------------------------------------------------------------------------
+ALLOW_T = {"ttl": 3600, "identity": "me", "identity_url": "",
+           "authorizations": [{"topic": "^t$", "channels": [".*"], "permissions": ["publish"]}]}
+
+
+def test_auth_then_publish_where_allowed_only():
+    service = AnsweringAuth(ALLOW_T)
+    conn, transport, host = connect(auth=service)
+    conn.data_received(wire.pub("t", b"early"))
+    assert responses(transport) == [b"E_AUTH_FIRST AUTH required before PUB"] and transport.closed
+
+    conn, transport, host = connect(auth=service)
+    conn.data_received(wire.auth("s3cret") + wire.pub("t", b"a"))
+    assert not transport.reading and responses(transport) == []  # waits for the auth servers
+    host.loop.run_tasks()
+    assert service.queries[-1] == ("127.0.0.1", False, "", b"s3cret")
+    answer, ok = responses(transport)
+    assert orjson.loads(answer) == {"identity": "me", "identity_url": "", "permission_count": 1}
+    assert ok == b"OK" and host.publishes == [(b"t", [b"a"], 0)] and transport.reading
+    conn.data_received(wire.pub("u", b"b"))
+    assert responses(transport) == [b'E_UNAUTHORIZED AUTH failed for PUB on "u" ""'] and transport.closed
+
+
+def test_auth_answered_without_authorizations_is_refused():
+    conn, transport, host = connect(auth=AnsweringAuth({"ttl": 60, "authorizations": []}))
+    conn.data_received(wire.auth("s"))
+    host.loop.run_tasks()
+    assert responses(transport) == [b"E_UNAUTHORIZED AUTH no authorizations found"] and transport.closed
 
 
 # -- consuming ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ CONNECTION_MODULES = ["tcp", "session", "publishing", "consuming", "authorize", 
 def declared() -> set[str]:
     side = host.AcceptorSide
     names = set(side.__annotations__)
-    names |= {n for n, v in vars(side).items() if inspect.isfunction(v)}
+    names |= {n for n, v in vars(side).items() if inspect.isfunction(v) and not n.startswith("__")}
     return names
 
 

@@ -50,6 +50,9 @@ class PublishCommands:
     _pubs: PubRun | None
     _eof: bool
     _publish_spans: Callable[[bytes, bytearray, bytes | bytearray, int | list[int]], None]
+    _body_ready: Callable[[Params, int, int], None]  # V2Connection's (NeedMore until it is here)
+    _body_so_far: Callable[[], tuple[int, int]]
+    write: Callable[[bytes], None]
 
     def cmd_pub(self, params: Params, body_off: int, body_len: int) -> None:
         """PUB <topic>: one message, answered OK once it is in the topic's segment."""

@@ -56,6 +56,7 @@ class FlowControl:
 
     @property
     def reading(self) -> bool:
+        """No reason to pause is left."""
         return not self.reasons
 
 

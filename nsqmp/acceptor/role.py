@@ -160,6 +160,7 @@ class Acceptor(Role):
         self.connections[conn.conn] = conn
 
     def detach(self, conn: V2Connection) -> None:
+        """conn is gone: records for its ID are dropped."""
         self.connections.pop(conn.conn, None)
 
     def published(self, conn: V2Connection) -> None:
@@ -184,6 +185,7 @@ class Acceptor(Role):
             self._ok_noted = now
 
     def producer_left(self) -> None:
+        """A connection that published is gone: /stats producers changes."""
         self.producers.changed()
 
     @property

@@ -190,6 +190,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self.flow.pause_reading(flow.WRITE)
 
     def resume_writing(self) -> None:
+        """The client caught up: read it again (unless another reason holds it)."""
         self.flow.resume_reading(flow.WRITE)
 
     # -- output ----------------------------------------------------------------
@@ -207,6 +208,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
             self.close()
 
     def close(self) -> None:
+        """Close after what is written so far (connection_lost follows)."""
         if self.transport is not None and not self.closed:
             self.closed = True
             self.transport.close()

@@ -15,6 +15,7 @@ import os
 
 import orjson
 
+from nsqmp.acceptor.clientstats import client_stats
 from nsqmp.ipc import shm
 
 log = logging.getLogger("nsqmp.acceptor")
@@ -49,7 +50,7 @@ class ProducerBoard:
     def write(self) -> None:
         if self._removed:  # stopping: a flush still scheduled must not bring the file back
             return
-        snapshot = [c.client_stats(None) for c in self.server.connections.values() if c.pub_counts]
+        snapshot = [client_stats(c, None) for c in self.server.connections.values() if c.pub_counts]
         tmp = f"{self.path}.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -59,7 +60,7 @@ class ProducerBoard:
             log.warning("cannot write the producer snapshot %s: %s", self.path, exc)
 
     def local(self, topic: str | None) -> list[dict]:
-        return [c.client_stats(topic) for c in self.server.connections.values() if c.pub_counts]
+        return [client_stats(c, topic) for c in self.server.connections.values() if c.pub_counts]
 
     def others(self, topic: str | None) -> list[dict]:
         out: list[dict] = []

@@ -12,6 +12,7 @@ import time
 import orjson
 
 from nsqmp.acceptor.auth import AuthClient
+from nsqmp.acceptor.flow import RingHold
 from nsqmp.acceptor.http import HttpConnection
 from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher
@@ -24,8 +25,6 @@ from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
 from nsqmp.roles import Role
 
-# a publisher stops being read while this many records wait for a full ring
-_BACKLOG_PAUSE = 256
 _STATS_TIMEOUT = 5.0
 
 
@@ -84,7 +83,6 @@ class Acceptor(Role):
         self._conn_numbers = itertools.count(1)
         self._requests: dict[int, tuple[asyncio.Future, list, int]] = {}
         self._request_ids = itertools.count(1)
-        self._paused: set[V2Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self.registrar: Registrar | None = None  # acceptor 0 only: the broker's lookupd connections
         self.config_overrides: dict = {}  # options changed at run time (PUT /config/...)
@@ -102,7 +100,13 @@ class Acceptor(Role):
         self.producers = ProducerBoard(self)
         self.producers.write()  # a restarted acceptor's producers are gone: say so at once
         self.parser = Parser(self.opts.max_msg_size, self.opts.max_body_size)
-        self.endpoint.on_unblocked = self._resume_publishers
+        # the connections' calls on the data path, as bound methods (nsqmp.acceptor.host)
+        self.send_record = self.endpoint.send
+        self.extend_record = self.endpoint.extend_last
+        self.publish_spans = self.publisher.publish_spans
+        self.busy_touch = self.busy.touch
+        self.ring_hold = RingHold()
+        self.endpoint.on_unblocked = self.ring_hold.release
         self.loop.run_until_complete(self._listen())
         if self.index == 0:
             self.registrar = Registrar(self)
@@ -142,44 +146,53 @@ class Acceptor(Role):
         self.publisher.close()
         self.producers.remove()
 
-    # -- helpers used by the connections --------------------------------------------
+    # -- what a connection may ask (nsqmp.acceptor.host.AcceptorSide) ----------------
     def new_conn_id(self) -> int:
+        """A connection ID unique in the run (acceptor, generation, number)."""
         return records.conn_id(self.index, self.generation, next(self._conn_numbers))
 
     def router_slot(self, topic: bytes) -> int:
+        """The ring slot of the router that owns a topic."""
         return self.plan.topic_slot(topic)
 
-    def health_error(self, exc: OSError) -> None:
+    def attach(self, conn: V2Connection) -> None:
+        """Records for conn's ID reach it from now on."""
+        self.connections[conn.conn] = conn
+
+    def detach(self, conn: V2Connection) -> None:
+        """conn is gone: records for its ID are dropped."""
+        self.connections.pop(conn.conn, None)
+
+    def published(self, conn: V2Connection) -> None:
+        """A publish is on disk: note the disk works, show the producer, and hold the
+        publisher while the rings are this full (nsqmp.acceptor.flow.RingHold)."""
+        self.health_ok()
+        self.producers.changed()
+        if self.endpoint.backlog > self.ring_hold.limit:  # checked here: no call per publish
+            self.ring_hold.hold(conn)
+
+    def publish_failed(self, exc: OSError) -> None:
         """A disk write failed: /ping and /stats say NOK on every acceptor until a write works."""
         self.control.note_failure(self.slot, exc.errno or errno.EIO)
 
+    health_error = publish_failed  # the HTTP publishes' name
+
     def health_ok(self) -> None:
+        """A disk write worked: noted at most once a second while all is well."""
         now = time.monotonic()
         if self.control.failed(self.slot) or now - self._ok_noted > 1.0:
             self.control.note_success(self.slot)
             self._ok_noted = now
+
+    def producer_left(self) -> None:
+        """A connection that published is gone: /stats producers changes."""
+        self.producers.changed()
 
     @property
     def health(self) -> str:
         """'' while the disk takes writes, else the newest error."""
         err = self.control.health(self.plan.acceptor_slot(i) for i in range(self.plan.acceptors))
         return f"failed to write to disk: {os.strerror(err)}" if err else ""
-
-    def apply_backpressure(self, conn: V2Connection) -> None:
-        if self.endpoint.backlog > _BACKLOG_PAUSE and conn.transport is not None and conn not in self._paused:
-            conn.transport.pause_reading()
-            self._paused.add(conn)
-
-    def resume_reading(self, conn: V2Connection) -> None:
-        """Read from conn again, unless it is held back by a full ring."""
-        if conn.transport is not None and not conn.closed and conn not in self._paused:
-            conn.transport.resume_reading()
-
-    def _resume_publishers(self) -> None:
-        for conn in self._paused:
-            if conn.transport is not None and not conn.closed:
-                conn.transport.resume_reading()
-        self._paused.clear()
 
     async def gather_stats(self, topic: str | None, channel: str | None, include_clients: bool) -> list:
         """Ask every router for its part of /stats and merge (topics sorted by name)."""

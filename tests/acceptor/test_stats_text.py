@@ -1,7 +1,7 @@
 """/stats text format: nsqd's printStats and ClientV2Stats.String(), line by line."""
 from __future__ import annotations
 
-from nsqmp.acceptor.http import go_duration, render_text
+from nsqmp.acceptor.http_stats import go_duration, render_text
 from nsqmp.memstats import FIELDS
 
 

@@ -1,0 +1,103 @@
+"""The consuming commands of a V2 connection: RDY, FIN, REQ, TOUCH.
+
+A mixin of V2Connection (nsqmp.acceptor.tcp), not a class of its own: the parse loop hands
+runs of FINs to `_send_fins` directly, and these methods are called from it and from
+COMMANDS exactly as if they were written in the connection's class, so splitting the file
+costs no call per command (a consumer's FINs are the other hot path).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nsqmp.acceptor.gotext import go_s
+from nsqmp.acceptor.session import FIN_STATES, Params, STATE_CLOSING, STATE_SUBSCRIBED
+from nsqmp.ipc import records
+from nsqmp.protocol import errors as E
+from nsqmp.protocol.errors import FatalClientError
+
+if TYPE_CHECKING:
+    from nsqmp.acceptor.host import AcceptorSide
+
+# FINs a connection sends in one tick travel to the router as one FIN record of up to this
+# many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
+_FIN_RECORD_MAX = records.CONN.size + 16 * 512
+
+
+class ConsumeCommands:
+    """RDY, FIN, REQ and TOUCH of V2Connection."""
+
+    # the V2Connection state these methods use (declared for the type checker)
+    host: AcceptorSide
+    conn: int
+    state: int
+    router: int
+    rdy: int
+    _fins: bytearray
+    _send: Callable[[int, bytes | bytearray], None]
+    _extend: Callable[[int, bytearray, bytes, int], bool]
+
+    def cmd_rdy(self, params: Params, body_off: int, body_len: int) -> None:
+        """RDY <count>: how many messages may be in flight to this client."""
+        if self.state == STATE_CLOSING:
+            return
+        if self.state != STATE_SUBSCRIBED:
+            raise FatalClientError(E.E_INVALID, "cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            raw = params[1]
+            if raw and not raw.isdigit():
+                raise FatalClientError(E.E_INVALID, f"RDY could not parse count {go_s(raw)}")
+            count = int(raw) if raw else 0  # nsqd's ByteToBase10 reads "" as 0
+        max_rdy = self.host.opts.max_rdy_count
+        if count > max_rdy:
+            raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
+        self.rdy = count
+        self._send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
+
+    def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
+        """FIN <id>: the message is done (most come in runs, through Parser.fins)."""
+        self._send_fins(self._message_command(params, "FIN", 2))
+
+    def _send_fins(self, ids: bytes) -> None:
+        """Queue FINs (16-byte IDs end to end) for the router. While the tick's FIN record
+        is still the last record queued for it (nothing of this or any other connection
+        came after), the IDs join that record; the rest go in new ones."""
+        start, total = 0, len(ids)
+        while start < total:
+            room = _FIN_RECORD_MAX - len(self._fins)
+            piece = ids[start:start + room]
+            if room >= 16 and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
+                start += len(piece)
+                continue
+            piece = ids[start:start + _FIN_RECORD_MAX - records.CONN.size]
+            self._fins = bytearray(records.CONN.pack(records.FIN, self.conn))
+            self._fins += piece
+            self._send(self.router, self._fins)
+            start += len(piece)
+
+    def _message_command(self, params: Params, cmd: str, min_params: int) -> bytes:
+        """State and parameter checks shared by FIN, REQ and TOUCH; returns the ID."""
+        if self.state not in FIN_STATES:
+            raise FatalClientError(E.E_INVALID, f"cannot {cmd} in current state")
+        if len(params) < min_params:
+            raise FatalClientError(E.E_INVALID, f"{cmd} insufficient number of params")
+        msg_id = params[1]
+        if len(msg_id) != 16:
+            raise FatalClientError(E.E_INVALID, "Invalid Message ID")
+        return msg_id
+
+    def cmd_req(self, params: Params, body_off: int, body_len: int) -> None:
+        """REQ <id> <timeout>: back to the queue, after a delay (clamped, as nsqd)."""
+        msg_id = self._message_command(params, "REQ", 3)
+        raw = params[2]
+        if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
+            raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {go_s(raw)}")
+        # nsqd clamps rather than refuses
+        delay = min(int(raw or b"0"), int(self.host.opts.max_req_timeout * 1000))
+        self._send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
+
+    def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:
+        """TOUCH <id>: the message's timeout starts again."""
+        msg_id = self._message_command(params, "TOUCH", 2)
+        self._send(self.router, records.CONN_ID.pack(records.TOUCH, self.conn, msg_id))

@@ -1,16 +1,18 @@
 """Back-pressure, all of it: why reading from a client is paused, and the publishers held
 for a full ring (in the way of uvicorn's flow_control.py).
 
-A connection stops being read for any of three reasons, each a bit of FlowControl.reasons;
+A connection stops being read for either of two reasons, each a bit of FlowControl.reasons;
 it is read again once none is left:
 
 - RING: the ring to a router is full (more than `RingHold.limit` records wait): the
   publisher that added to it is held until the endpoint says the rings drained;
 - WAIT: a command waits for an answer from elsewhere (an auth server, a TLS handshake) and
-  nothing after it may be read meanwhile, so responses stay in order;
-- WRITE: the transport's write buffer is over its high-water mark (pause_writing): a client
-  that does not read what it is sent is not read either, as nsqd's IOLoop blocks on its
-  write.
+  nothing after it may be read meanwhile, so responses stay in order.
+
+A client that does not read what it is sent (the transport's pause_writing) is still read:
+nsqd's IOLoop goes on reading commands that need no response (FIN, RDY, REQ, TOUCH), and a
+consumer blocked sending its FINs while its deliveries back up would otherwise never
+drain. What it is sent is bounded by its RDY, not by pausing its reads.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nsqmp.acceptor.tcp import V2Connection
 
-RING, WAIT, WRITE = 1, 2, 4
+RING, WAIT = 1, 2
 # a publisher stops being read while more than this many records wait for a full ring
 RING_BACKLOG_LIMIT = 256
 

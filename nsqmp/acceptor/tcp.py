@@ -109,6 +109,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self.connect_ts = int(time.time())
         self.last_read = time.monotonic()
         self.closed = False
+        self.write_paused = False  # the transport is over its high-water mark (flow.py)
         self.tls = False
         # what parsing waits for, or "": SUB is answered once the router has the channel
         # (as nsqd creates it before its OK), the TLS handshake, an auth server's answer.
@@ -186,12 +187,12 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
             self._send(self.router, records.CONN.pack(records.GONE, self.conn))
 
     def pause_writing(self) -> None:
-        """The client does not read what it is sent: stop reading it (nsqmp.acceptor.flow)."""
-        self.flow.pause_reading(flow.WRITE)
+        """The client does not read what it is sent; it is still read (nsqmp.acceptor.flow
+        says why): only the state is kept, for /stats and the tests."""
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        """The client caught up: read it again (unless another reason holds it)."""
-        self.flow.resume_reading(flow.WRITE)
+        self.write_paused = False
 
     # -- output ----------------------------------------------------------------
     def write(self, data: bytes | memoryview) -> None:

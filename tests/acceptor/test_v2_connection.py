@@ -305,20 +305,26 @@ def test_a_connection_without_heartbeats_has_no_timer():
 
 
 # -- back-pressure --------------------------------------------------------------------
-def test_a_client_not_reading_what_it_is_sent_is_not_read():
-    conn, transport, _ = connect()
+def test_a_client_not_reading_what_it_is_sent_is_still_read():
+    """As nsqd's IOLoop: its FINs must get through while its deliveries back up."""
+    conn, transport, host = subscribed()
     conn.pause_writing()
-    assert not transport.reading
+    assert transport.reading and conn.write_paused
+    conn.data_received(wire.rdy(5) + wire.fin(MSG_ID))
+    assert host.take_records() == [
+        (conn.router, records.CONN_U32.pack(records.RDY, CONN_ID, 5)),
+        (conn.router, records.CONN.pack(records.FIN, CONN_ID) + MSG_ID),
+    ]
     conn.resume_writing()
-    assert transport.reading
+    assert transport.reading and not conn.write_paused
 
 
 def test_reading_resumes_only_when_every_reason_is_gone():
     conn, transport, _ = connect()
     hold = RingHold(limit=0)
-    conn.pause_writing()
+    conn.flow.pause_reading(flow.WAIT)
     hold.hold(conn)
-    conn.resume_writing()
+    conn.flow.resume_reading(flow.WAIT)
     assert not transport.reading and conn.flow.reasons == flow.RING
     hold.release()
     assert transport.reading and hold.held == set()

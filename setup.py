@@ -18,6 +18,8 @@ setup(
         Extension(
             "nsqmp.bench._client",
             sources=["native/bench/client.c"],
+            depends=["native/layouts.h"],
+            include_dirs=["native"],  # layouts.h: the frames it reads
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
         ),
     ]

@@ -13,10 +13,8 @@
  * its frame type and data).  The pure-Python twin is
  * nsqmp.bench.tool.py_publish_loop.
  *
- * Frames as nsqd writes them:
- * size i32 BE (of type + data), frame type i32 BE (0 response, 1 error,
- * 2 message), data; a message's data is timestamp i64 BE, attempts u16 BE,
- * id 16 bytes, body.  The pure-Python twin is nsqmp.client.wire.py_fin_replies.
+ * Frames and the message header are drawn in native/layouts.h (NQL_FRAME_*,
+ * NQL_MESSAGE_HEAD).  The pure-Python twin is nsqmp.client.wire.py_fin_replies.
  *
  *   fin_replies(buf) -> (replies, messages, consumed, error)
  *
@@ -33,8 +31,10 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#define FRAME_HEAD 8
-#define MSG_HEAD 26
+#include "layouts.h"
+
+#define FRAME_HEAD NQL_FRAME_HEAD
+#define MSG_HEAD NQL_MESSAGE_HEAD
 #define FIN_LINE 21 /* "FIN " + 16 + "\n" */
 
 static uint32_t
@@ -76,17 +76,17 @@ py_fin_replies(PyObject *Py_UNUSED(module), PyObject *arg)
         const unsigned char *data = p + pos + FRAME_HEAD;
         Py_ssize_t dlen = (Py_ssize_t)size - 4;
         pos += 4 + (Py_ssize_t)size;
-        if (type == 2) {
+        if (type == NQL_FRAME_MESSAGE) {
             if (dlen < MSG_HEAD) {
                 PyErr_Format(PyExc_ValueError, "message frame of %zd bytes", dlen);
                 goto done;
             }
             memcpy(out + len, "FIN ", 4);
-            memcpy(out + len + 4, data + 10, 16);
+            memcpy(out + len + 4, data + NQL_ID_AT, NQL_ID);
             out[len + 20] = '\n';
             len += FIN_LINE;
             messages++;
-        } else if (type == 0) {
+        } else if (type == NQL_FRAME_RESPONSE) {
             if (dlen == 11 && memcmp(data, "_heartbeat_", 11) == 0) {
                 memcpy(out + len, "NOP\n", 4);
                 len += 4;
@@ -173,12 +173,12 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
     long long oks = 0;
     int failed = 0, saved_errno = 0;
     uint32_t bad_type = 0;
-    char head[8], small[64];
+    char head[NQL_FRAME_HEAD], small[64];
     char *data = NULL;
     Py_ssize_t dlen = 0;
     Py_BEGIN_ALLOW_THREADS
     while (wall_now() < until) {
-        if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0 || recv_all(fd, head, 8) < 0) {
+        if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0 || recv_all(fd, head, NQL_FRAME_HEAD) < 0) {
             failed = 1;
             saved_errno = errno;
             break;

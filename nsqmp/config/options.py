@@ -752,17 +752,20 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "topology-region", STR, "",
-        "Region of this node, for the topology-aware-consumption experiment.",
+        "nsqd's region of this node, for its topology-aware-consumption experiment. Accepted "
+        "for compatibility; nsqmp does not implement the experiment, so this has no effect.",
         section="cluster",
     ),
     Option(
         "topology-zone", STR, "",
-        "Zone of this node, for the topology-aware-consumption experiment.",
+        "nsqd's zone of this node, for its topology-aware-consumption experiment. Accepted "
+        "for compatibility; nsqmp does not implement the experiment, so this has no effect.",
         section="cluster",
     ),
     Option(
         "enable-experiment", STR, (),
-        "Experimental feature to enable (repeatable); only topology-aware-consumption exists.",
+        "nsqd's experimental features to enable (repeatable). Accepted for compatibility; nsqmp "
+        "implements no experiment, so this has no effect.",
         section="cluster", repeatable=True, key="enable_experiment",
         choices=("topology-aware-consumption",), metavar="NAME",
     ),

@@ -10,6 +10,7 @@ import socket
 import uvloop
 
 from nsqmp.busypoll import _START_NS, BusyPoll, CpuPressure
+from tests.harness import await_for
 
 US = 1_000
 
@@ -213,9 +214,22 @@ def test_a_real_loop_polls_through_a_conversation_and_sleeps_after_it():
     rounds = 300
     max_ns = 5_000_000  # generous: a loaded machine still answers within it
 
-    async def main() -> tuple[int, int, bool, bool]:
+    async def main() -> tuple[int, int, bool]:
         loop = asyncio.get_running_loop()
-        poll = BusyPoll(loop.call_soon, max_ns)
+        queued = 0  # ticks BusyPoll queued through our call_soon and the loop has not run
+
+        def call_soon(tick) -> None:
+            nonlocal queued
+            queued += 1
+
+            def run() -> None:
+                nonlocal queued
+                queued -= 1
+                tick()
+            loop.call_soon(run)
+
+        # a queued tick is the loop polling (or about to decide whether to), as BusyPoll sees it
+        poll = BusyPoll(call_soon, max_ns)
         done = loop.create_future()
         answered = 0
 
@@ -237,15 +251,17 @@ def test_a_real_loop_polls_through_a_conversation_and_sleeps_after_it():
         client = mp.get_context("fork").Process(target=_ping, args=(port, rounds))
         client.start()
         await asyncio.wait_for(done, 60)
-        polling_at_end = poll._scheduled
-        await asyncio.sleep(0.05)  # ten times the maximum window
-        asleep = not poll._scheduled
+        # no tick left queued within ten times the maximum window (False if one still is)
+        try:
+            asleep = await await_for(lambda: queued == 0, timeout=0.05, interval=0.001)
+        except TimeoutError:
+            asleep = False
         server.close()
         client.join(30)
         assert client.exitcode == 0
-        return answered, poll.polls, polling_at_end, asleep
+        return answered, poll.polls, asleep
 
-    answered, polls, _, asleep = uvloop.run(main())
+    answered, polls, asleep = uvloop.run(main())
     assert answered == rounds
     # each answer's client replies within the maximum: the loop sleeps at most a few
     # times while the window grows, and polls through the rest of the conversation

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 
 import pytest
 
-from nsqmp.ipc import mesh, shm
+from nsqmp.ipc import mesh, pyring, shm
 from nsqmp.ipc.doorbell import Doorbell
+from tests.harness import await_for
 
 
 @pytest.fixture
@@ -135,21 +137,32 @@ def test_a_polling_endpoint_takes_records_without_a_doorbell_while_they_come(pai
         loop.call_soon(lambda: (acceptor.send(dst, rec), acceptor.flush()))
         loop.run_until_complete(asyncio.wait_for(waiting[rec], 5))
 
+    # the ring's consumer_sleeping word, read through a mapping of our own: the endpoint
+    # sets it when it announces sleep (and then polls no more), the producer clears it
+    # when it rings
+    ring = shm.attach(plan.shm_name(plan.inbound(dst)[plan.acceptor_slot(0)]))
+
+    def asleep(when: str) -> None:
+        loop.run_until_complete(await_for(
+            lambda: struct.unpack_from("<I", ring, pyring.OFF_CONSUMER_SLEEPING)[0] == 1,
+            timeout=5, interval=0.001, what=f"the endpoint to announce sleep {when}"))
+
     try:
         mesh.attach_to_loop(loop, router, handle, (lambda: True) if polls else None)
-        loop.run_until_complete(asyncio.sleep(0.01))  # the first look found nothing: asleep
+        asleep("after its first look found nothing")
         rings = bell.rings
         send_and_wait(b"a")
         assert bell.rings == rings + 1
         send_and_wait(b"b")  # sent right after "a" was taken
         assert bell.rings == rings + (1 if polls else 2)
-        loop.run_until_complete(asyncio.sleep(0.05))  # quiet: a polling endpoint sleeps too
+        asleep("once quiet (a polling endpoint sleeps too)")
         send_and_wait(b"c")
         assert bell.rings == rings + (2 if polls else 3)
         assert seen == [b"a", b"b", b"c"]
     finally:
         loop.remove_reader(router.doorbell.fd)
         loop.close()
+        ring.close()
 
 
 def _kind(kind: int, body: bytes) -> bytes:

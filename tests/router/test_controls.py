@@ -15,6 +15,7 @@ import pytest
 from nsqmp.ipc import records
 from nsqmp.router import controls
 from nsqmp.router.controls import OrderedControls
+from tests.harness import await_for
 
 ACCEPTORS = [0, 1]  # acceptor slots: plan.acceptor_slot(i) == i below
 
@@ -89,7 +90,10 @@ def test_a_silent_acceptor_is_waited_for_the_timeout_only(setup, monkeypatch, ca
     oc.add(0, b"r1")
     (bid,) = {b for _, b in barriers(sent)}
     oc.on_ok(0, ok(bid))
-    loop.run_until_complete(asyncio.sleep(0.2))
+    # answered once the timeout (50 ms) fires: within 0.2 s of the loop's time, as the
+    # barrier's timer runs before a later check on the same loop however loaded it is
+    loop.run_until_complete(await_for(lambda: answered, timeout=0.2, interval=0.005,
+                                      what="r1 answered without the silent acceptor"))
     assert answered == [b"r1"]
     assert "did not answer a barrier" in caplog.text
     oc.on_ok(1, ok(bid))  # late: already answered

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import re
 import socket
@@ -15,19 +16,24 @@ from nsqmp.client import Connection, wire
 from nsqmp.ipc import pyring, shm
 from nsqmp.launcher import Broker
 
-__all__ = ["Broker", "assert_fatal", "await_for", "native_module", "nothing_within", "queued_kinds", "wait_for"]
+__all__ = ["Broker", "assert_fatal", "await_for", "built_module", "native_module", "nothing_within", "queued_kinds", "wait_for"]
+
+
+def built_module(module: str, name: str):
+    """The C extension `module` for a test of its `name`: the test fails (never skips) if
+    the extension did not build or lacks it."""
+    try:
+        ext = importlib.import_module(module)
+    except ImportError as exc:
+        pytest.fail(f"{module} did not build: {exc!r}")
+    if not hasattr(ext, name):
+        pytest.fail(f"{module}.{name} is missing")
+    return ext
 
 
 def native_module(name: str):
-    """nsqmp._native for a test of its `name`: the test fails (never skips) if the
-    extension did not build or lacks it."""
-    try:
-        from nsqmp import _native
-    except ImportError as exc:
-        pytest.fail(f"nsqmp._native did not build: {exc!r}")
-    if not hasattr(_native, name):
-        pytest.fail(f"nsqmp._native.{name} is missing")
-    return _native
+    """nsqmp._native for a test of its `name` (built_module)."""
+    return built_module("nsqmp._native", name)
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05,

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from nsqmp.diskqueue import acklog
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.layout import list_topics
-from nsqmp.diskqueue.segment import RECORD_HEAD, ScanStats, parse_name, scan
+from nsqmp.diskqueue.segment import ScanStats, parse_name, scan
+from nsqmp.layouts import RECORD_HEAD
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.readback import Message, read_messages
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from nsqmp.ipc import records
 from nsqmp.lateness import FireLateness
-from nsqmp.router.flight import DEFER_SLOT_NS, Deferred, Flight
+from nsqmp.router.flight import DEFER_SLOT_NS, Deferred
+from nsqmp.router.inflight import Flight
 
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
@@ -99,4 +100,4 @@ class Deadlines:
         step = max(1, self.max_chunk // 8)
         while self.disarms:
             disarms, self.disarms = self.disarms[:step], self.disarms[step:]
-            send(timer, records.tokens(records.DISARM, disarms))
+            send(timer, records.disarm(disarms))

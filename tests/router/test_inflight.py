@@ -32,7 +32,7 @@ def message(k: int) -> Message:
     return Message(f"{k:016x}".encode(), k, b"body", None, k)
 
 
-class Flight:  # stands in for router.channel.Flight: the map only compares identity
+class Flight:  # stands in for router.inflight.Flight: the map only compares identity
     def __init__(self, name: str) -> None:
         self.name = name
 

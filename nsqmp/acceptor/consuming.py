@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 # FINs a connection sends in one tick travel to the router as one FIN record of up to this
 # many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
-_FIN_RECORD_MAX = records.CONN.size + 16 * 512
+_FIN_RECORD_MAX = records.FIN_IDS_AT + 16 * 512
 
 
 class ConsumeCommands:
@@ -53,7 +53,7 @@ class ConsumeCommands:
         if count > max_rdy:
             raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
         self.rdy = count
-        self._send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
+        self._send(self.router, records.rdy(self.conn, count))
 
     def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
         """FIN <id>: the message is done (most come in runs, through Parser.fins)."""
@@ -70,9 +70,8 @@ class ConsumeCommands:
             if room >= 16 and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
                 start += len(piece)
                 continue
-            piece = ids[start:start + _FIN_RECORD_MAX - records.CONN.size]
-            self._fins = bytearray(records.CONN.pack(records.FIN, self.conn))
-            self._fins += piece
+            piece = ids[start:start + _FIN_RECORD_MAX - records.FIN_IDS_AT]
+            self._fins = records.fin(self.conn, piece)  # a bytearray: the next FINs may join it
             self._send(self.router, self._fins)
             start += len(piece)
 
@@ -95,9 +94,9 @@ class ConsumeCommands:
             raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {go_s(raw)}")
         # nsqd clamps rather than refuses
         delay = min(int(raw or b"0"), int(self.host.opts.max_req_timeout * 1000))
-        self._send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
+        self._send(self.router, records.req(self.conn, delay, msg_id))
 
     def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:
         """TOUCH <id>: the message's timeout starts again."""
         msg_id = self._message_command(params, "TOUCH", 2)
-        self._send(self.router, records.CONN_ID.pack(records.TOUCH, self.conn, msg_id))
+        self._send(self.router, records.touch(self.conn, msg_id))

@@ -184,7 +184,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         if self.pub_counts:
             self.host.producer_left()
         if self.router >= 0:
-            self._send(self.router, records.CONN.pack(records.GONE, self.conn))
+            self._send(self.router, records.gone(self.conn))
 
     def pause_writing(self) -> None:
         """The client does not read what it is sent; it is still read (nsqmp.acceptor.flow

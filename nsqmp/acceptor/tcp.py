@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from nsqmp.acceptor import flow, session
+from nsqmp.acceptor import session
 from nsqmp.acceptor.authorize import ConnAuth, Suspended, cmd_auth
 from nsqmp.acceptor.flow import FlowControl
 from nsqmp.acceptor.gotext import go_s

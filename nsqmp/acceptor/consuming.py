@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from nsqmp.acceptor.gotext import go_s
 from nsqmp.acceptor.session import FIN_STATES, Params, STATE_CLOSING, STATE_SUBSCRIBED
 from nsqmp.ipc import records
+from nsqmp.layouts import ID
 from nsqmp.protocol import errors as E
 from nsqmp.protocol.errors import FatalClientError
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 # FINs a connection sends in one tick travel to the router as one FIN record of up to this
 # many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
-_FIN_RECORD_MAX = records.FIN_IDS_AT + 16 * 512
+_FIN_RECORD_MAX = records.FIN_IDS_AT + ID * 512
 
 
 class ConsumeCommands:
@@ -67,7 +68,7 @@ class ConsumeCommands:
         while start < total:
             room = _FIN_RECORD_MAX - len(self._fins)
             piece = ids[start:start + room]
-            if room >= 16 and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
+            if room >= ID and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
                 start += len(piece)
                 continue
             piece = ids[start:start + _FIN_RECORD_MAX - records.FIN_IDS_AT]
@@ -82,7 +83,7 @@ class ConsumeCommands:
         if len(params) < min_params:
             raise FatalClientError(E.E_INVALID, f"{cmd} insufficient number of params")
         msg_id = params[1]
-        if len(msg_id) != 16:
+        if len(msg_id) != ID:
             raise FatalClientError(E.E_INVALID, "Invalid Message ID")
         return msg_id
 

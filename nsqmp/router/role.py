@@ -14,6 +14,7 @@ import time
 
 from nsqmp import memstats
 from nsqmp.ipc import records
+from nsqmp.layouts import ID
 from nsqmp.router.controls import OrderedControls
 from nsqmp.router.deadlines import Deadlines
 from nsqmp.router.delivery import Delivery
@@ -223,8 +224,8 @@ class Router(Role):
         conn, ids = records.parse_fin(rec)
         c = self.consumers.get(conn)
         if c is None:
-            for pos in range(0, len(ids), 16):
-                self._owned(conn, bytes(ids[pos:pos + 16]), "FIN")  # each gets its E_FIN_FAILED
+            for pos in range(0, len(ids), ID):
+                self._owned(conn, bytes(ids[pos:pos + ID]), "FIN")  # each gets its E_FIN_FAILED
             return
         bad: list[bytes] = []
         c.channel.finish(c, ids, 0, bad)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from nsqmp.acceptor.gotext import go_s
 from nsqmp.acceptor.session import FIN_STATES, Params, STATE_CLOSING, STATE_SUBSCRIBED
 from nsqmp.ipc import records
+from nsqmp.layouts import ID
 from nsqmp.protocol import errors as E
 from nsqmp.protocol.errors import FatalClientError
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 # FINs a connection sends in one tick travel to the router as one FIN record of up to this
 # many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
-_FIN_RECORD_MAX = records.CONN.size + 16 * 512
+_FIN_RECORD_MAX = records.FIN_IDS_AT + ID * 512
 
 
 class ConsumeCommands:
@@ -53,7 +54,7 @@ class ConsumeCommands:
         if count > max_rdy:
             raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
         self.rdy = count
-        self._send(self.router, records.CONN_U32.pack(records.RDY, self.conn, count))
+        self._send(self.router, records.rdy(self.conn, count))
 
     def cmd_fin(self, params: Params, body_off: int, body_len: int) -> None:
         """FIN <id>: the message is done (most come in runs, through Parser.fins)."""
@@ -67,12 +68,11 @@ class ConsumeCommands:
         while start < total:
             room = _FIN_RECORD_MAX - len(self._fins)
             piece = ids[start:start + room]
-            if room >= 16 and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
+            if room >= ID and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
                 start += len(piece)
                 continue
-            piece = ids[start:start + _FIN_RECORD_MAX - records.CONN.size]
-            self._fins = bytearray(records.CONN.pack(records.FIN, self.conn))
-            self._fins += piece
+            piece = ids[start:start + _FIN_RECORD_MAX - records.FIN_IDS_AT]
+            self._fins = records.fin(self.conn, piece)  # a bytearray: the next FINs may join it
             self._send(self.router, self._fins)
             start += len(piece)
 
@@ -83,7 +83,7 @@ class ConsumeCommands:
         if len(params) < min_params:
             raise FatalClientError(E.E_INVALID, f"{cmd} insufficient number of params")
         msg_id = params[1]
-        if len(msg_id) != 16:
+        if len(msg_id) != ID:
             raise FatalClientError(E.E_INVALID, "Invalid Message ID")
         return msg_id
 
@@ -95,9 +95,9 @@ class ConsumeCommands:
             raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {go_s(raw)}")
         # nsqd clamps rather than refuses
         delay = min(int(raw or b"0"), int(self.host.opts.max_req_timeout * 1000))
-        self._send(self.router, records.REQ_HEAD.pack(records.REQ, self.conn, delay, msg_id))
+        self._send(self.router, records.req(self.conn, delay, msg_id))
 
     def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:
         """TOUCH <id>: the message's timeout starts again."""
         msg_id = self._message_command(params, "TOUCH", 2)
-        self._send(self.router, records.CONN_ID.pack(records.TOUCH, self.conn, msg_id))
+        self._send(self.router, records.touch(self.conn, msg_id))

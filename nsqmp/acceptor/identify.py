@@ -54,18 +54,8 @@ def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
     return default if value is None else int(value)
 
 
-def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
-    """Apply an IDENTIFY body to settings, or raise IdentifyError with nsqd's wording."""
-    if not isinstance(data, dict):
-        raise IdentifyError("failed to decode JSON body")
-    _check_types(data)
-    if data.get("client_id") is not None:
-        settings.client_id = data["client_id"]
-    if data.get("hostname") is not None:
-        settings.hostname = data["hostname"]
-    settings.user_agent = data.get("user_agent") or ""
-    settings.feature_negotiation = bool(data.get("feature_negotiation"))
-
+def _heartbeat(data: dict[str, Any], opts: Any, settings: ClientSettings) -> None:
+    """heartbeat_interval: -1 none, 0 the default 30 s, else 1 s to --max-heartbeat-interval."""
     max_hb = int(opts.max_heartbeat_interval * 1000)
     hb = _int(data, "heartbeat_interval")
     if hb == -1:
@@ -77,7 +67,10 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
     else:
         raise IdentifyError(f"heartbeat interval ({hb}) is invalid")
 
-    # nsqd's SetOutputBuffer: the timeout first, then the size (-1 also zeroes the timeout)
+
+def _output_buffer(data: dict[str, Any], opts: Any, settings: ClientSettings) -> None:
+    """output_buffer_timeout and output_buffer_size, as nsqd's SetOutputBuffer: the timeout
+    first, then the size (-1 also zeroes the timeout)."""
     obt = _int(data, "output_buffer_timeout")
     min_obt = int(opts.min_output_buffer_timeout * 1000)
     max_obt = int(opts.max_output_buffer_timeout * 1000)
@@ -100,6 +93,22 @@ def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
         settings.output_buffer_size = obs
     else:
         raise IdentifyError(f"output buffer size ({obs}) is invalid")
+
+
+def negotiate(data: Any, opts: Any, settings: ClientSettings) -> None:
+    """Apply an IDENTIFY body to settings, or raise IdentifyError with nsqd's wording."""
+    if not isinstance(data, dict):
+        raise IdentifyError("failed to decode JSON body")
+    _check_types(data)
+    if data.get("client_id") is not None:
+        settings.client_id = data["client_id"]
+    if data.get("hostname") is not None:
+        settings.hostname = data["hostname"]
+    settings.user_agent = data.get("user_agent") or ""
+    settings.feature_negotiation = bool(data.get("feature_negotiation"))
+
+    _heartbeat(data, opts, settings)
+    _output_buffer(data, opts, settings)
 
     rate = _int(data, "sample_rate")
     if not 0 <= rate <= 99:

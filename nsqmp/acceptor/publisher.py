@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from nsqmp.diskqueue.encoder import encode_records, records_size, spans_of
 from nsqmp.diskqueue.layout import topic_dir
-from nsqmp.diskqueue.segment import RECORD_HEAD, SegmentWriter
+from nsqmp.diskqueue.segment import SegmentWriter
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Endpoint, Plan
+from nsqmp.layouts import LENGTH_MASK, RECORD_HEAD, SPAN
 from nsqmp.protocol.ids import IdGenerator
 from nsqmp.protocol.names import is_ephemeral
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 _MAX_IDS = 4096
-_LENGTH = 0x7FFFFFFF
 
 
 class TopicFull(Exception):
@@ -68,24 +68,25 @@ class Publisher:
             raise TopicFull()
         ts = time.time_ns()
         span_view = memoryview(spans).cast("B")
-        count = len(span_view) // 8
+        step = SPAN.size  # bytes per body's span
+        count = len(span_view) // step
         if isinstance(defer_ms, int):
             due = ts + defer_ms * 1_000_000 if defer_ms > 0 else 0
             dues = None
         else:
             dues = [ts + ms * 1_000_000 for ms in defer_ms]
             due = dues[0]
-        head = records.PUBLISH_HEAD.size + len(topic)
+        head = records.publish_head_size(topic)
         rec = bytearray(head + records_size(span_view, due != 0))
         pos = head
         for start in range(0, count, _MAX_IDS):
             n = min(_MAX_IDS, count - start)
             first = self.ids.next_block(n)
             if dues is None:
-                pos += encode_records(rec, pos, src, span_view[8 * start:8 * (start + n)], ts, first, due)
+                pos += encode_records(rec, pos, src, span_view[step * start:step * (start + n)], ts, first, due)
                 continue
             for i in range(start, start + n):  # one due time each
-                pos += encode_records(rec, pos, src, span_view[8 * i:8 * i + 8], ts, first + i - start, dues[i])
+                pos += encode_records(rec, pos, src, span_view[step * i:step * (i + 1)], ts, first + i - start, dues[i])
         with memoryview(rec) as view:
             blob = view[head:]
             if is_ephemeral(topic):
@@ -93,12 +94,8 @@ class Publisher:
                 seq, offset = records.MEMORY_ONLY, 0
             else:
                 writer = self.writers.get(topic)
-                if writer is None:
-                    writer = SegmentWriter(
-                        topic_dir(self.data_path, topic.decode()), self.index,
-                        self.opts.max_bytes_per_file, self.opts.sync_every,
-                    )
-                    self.writers[topic] = writer
+                if writer is None:  # the topic's first publish here (no call per publish after)
+                    writer = self._open_writer(topic)
                 seq, offset = writer.append(blob)
                 if not due:  # the router finds the records in the file: only where they are
                     size = len(blob)
@@ -111,9 +108,16 @@ class Publisher:
                 blob.release()
                 return
             blob.release()
-        records.PUBLISH_HEAD.pack_into(rec, 0, records.PUBLISH, self.index, seq, offset, count, len(topic))
-        rec[records.PUBLISH_HEAD.size:head] = topic
+        records.publish_head_into(rec, self.index, seq, offset, count, topic)
         self.endpoint.send(self._router_slot(topic), rec)
+
+    def _open_writer(self, topic: bytes) -> SegmentWriter:
+        """A segment writer for the topic's directory, kept for its next publishes."""
+        writer = self.writers[topic] = SegmentWriter(
+            topic_dir(self.data_path, topic.decode()), self.index,
+            self.opts.max_bytes_per_file, self.opts.sync_every,
+        )
+        return writer
 
     def _router_slot(self, topic: bytes) -> int:
         return self.plan.topic_slot(topic)
@@ -126,7 +130,7 @@ class Publisher:
         while start < end:
             stop, n = start, 0
             while stop < end:
-                size = RECORD_HEAD.size + (unpack(blob, stop)[0] & _LENGTH)
+                size = RECORD_HEAD.size + (unpack(blob, stop)[0] & LENGTH_MASK)
                 if n and stop + size - start > self.max_chunk:
                     break
                 stop += size

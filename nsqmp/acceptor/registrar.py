@@ -223,7 +223,7 @@ class Registrar:
         """Tell routers how many lookupds there are: new topics wait for channels only then."""
         plan = self.acceptor.plan
         self._count_told = len(self.peers)
-        rec = records.COUNT_U16.pack(records.LOOKUPDS, min(len(self.peers), 0xFFFF))
+        rec = records.lookupds(len(self.peers))
         for slot in slots if slots is not None else [plan.router_slot(j) for j in range(plan.routers)]:
             self.acceptor.endpoint.send(slot, rec)
 
@@ -267,7 +267,7 @@ class Registrar:
 
     def on_reg(self, src: int, rec: bytes) -> None:
         """LOOKUP_REG: one topic or channel came or went on router `src`."""
-        register, topic, channel = records.unpack_lookup_reg(rec)
+        register, topic, channel = records.parse_lookup_reg(rec)
         mine = self.owned.setdefault(src, {})
         if register:
             chans = mine.setdefault(topic, set())
@@ -284,15 +284,15 @@ class Registrar:
 
     def on_state(self, src: int, rec: bytes) -> None:
         """LOOKUP_STATE: everything router `src` owns; the lookupds hear the difference."""
-        flags = rec[1]
-        if flags & records.STATE_FIRST:
+        items, first, last = records.parse_lookup_state(rec)
+        if first:
             self._pieces[src] = {}
         piece = self._pieces.get(src)
         if piece is None:
             return  # a piece without its first: the router will send the whole again
-        for topic, channels in orjson.loads(rec[2:]):
+        for topic, channels in items:
             piece[topic.encode()] = {c.encode() for c in channels}
-        if not flags & records.STATE_LAST:
+        if not last:
             return
         new = self._pieces.pop(src)
         old = self.owned.get(src, {})
@@ -312,7 +312,7 @@ class Registrar:
     # -- a new topic's channels ------------------------------------------------------------
     def on_ask(self, src: int, rec: bytes) -> None:
         """CHANNELS_ASK: answer with the channels the lookupds know for the topic."""
-        task = self.acceptor.loop.create_task(self._answer(src, rec[1:]))
+        task = self.acceptor.loop.create_task(self._answer(src, records.parse_channels_ask(rec)))
         self._queries.add(task)
         task.add_done_callback(self._queries.discard)
 

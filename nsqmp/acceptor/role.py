@@ -9,8 +9,6 @@ import ssl
 import socket
 import time
 
-import orjson
-
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.flow import RingHold
 from nsqmp.acceptor.http import HttpConnection
@@ -86,6 +84,19 @@ class Acceptor(Role):
         self._servers: list[asyncio.AbstractServer] = []
         self.registrar: Registrar | None = None  # acceptor 0 only: the broker's lookupd connections
         self.config_overrides: dict = {}  # options changed at run time (PUT /config/...)
+        # records from routers, by kind (acceptor 0 adds the registrar's in setup)
+        self.handlers = {
+            records.DELIVER: self.on_deliver,
+            records.CONN_ERR: self.on_conn_err,
+            records.REPLY: self.on_reply,
+            records.BARRIER: self.on_barrier,
+            records.SUB_OK: self.on_sub_ok,
+            records.CLOSE_CONN: self.on_close_conn,
+            records.TOPIC_GONE: self.on_topic_gone,
+            records.TOPIC_FULL: self.on_topic_full,
+            records.CONFIG_SET: self.on_config_set,
+            records.R_HELLO: self.on_router_hello,
+        }
 
     # -- lifecycle --------------------------------------------------------------
     def setup(self) -> None:
@@ -109,7 +120,9 @@ class Acceptor(Role):
         self.endpoint.on_unblocked = self.ring_hold.release
         self.loop.run_until_complete(self._listen())
         if self.index == 0:
-            self.registrar = Registrar(self)
+            self.registrar = reg = Registrar(self)
+            self.handlers.update({records.LOOKUP_REG: reg.on_reg, records.LOOKUP_STATE: reg.on_state,
+                                  records.CHANNELS_ASK: reg.on_ask})
         if self.opts.sync_timeout > 0:
             self.loop.call_later(self.opts.sync_timeout, self._periodic_sync)
 
@@ -122,7 +135,7 @@ class Acceptor(Role):
                 lambda: HttpConnection(self, secure=True), sock=self.https_sock, ssl=self.tls_context))
 
     def started(self) -> None:
-        hello = records.HELLO_A.pack(records.A_HELLO, self.index, self.generation)
+        hello = records.hello_a(self.index, self.generation)
         for j in range(self.plan.routers):
             self.endpoint.send(self.plan.router_slot(j), hello)
         if self.registrar is not None:
@@ -222,7 +235,7 @@ class Acceptor(Role):
         req_id = next(self._request_ids)
         fut: asyncio.Future = self.loop.create_future()
         self._requests[req_id] = (fut, [], len(slots))
-        body = records.REQ_ID.pack(records.CONTROL, req_id) + orjson.dumps(request)
+        body = records.control(req_id, request)
         for slot in slots:
             self.endpoint.send(slot, body)
         try:
@@ -244,8 +257,78 @@ class Acceptor(Role):
         """Handle the records already waiting in our rings, now."""
         self.endpoint.drain(self.on_record)
 
-    def on_config_set(self, overrides: dict) -> None:
-        """Router 0 relays every option changed at run time (PUT /config/... on any acceptor)."""
+    # -- records from routers ----------------------------------------------------------
+    def deliver_waiting(self) -> None:
+        """Hand out what the routers sent (message frames above all) now, before a
+        publisher's batch is written: on a loop busy with MPUBs, consumers' deliveries
+        otherwise wait for every publish of the tick (mixed workload: "out" about 1.2x)."""
+        self.endpoint.drain(self.on_record)
+
+    def on_record(self, src: int, rec: bytes) -> None:
+        """One ring record from slot src, to its kind's handler (self.handlers)."""
+        handler = self.handlers.get(rec[0])
+        if handler is None:
+            self.log.error("unexpected record kind %d from slot %d", rec[0], src)
+            return
+        handler(src, rec)
+
+    def on_deliver(self, src: int, rec: bytes) -> None:
+        """DELIVER: message frames for a connection, written as they are."""
+        conn, frames = records.parse_deliver(rec)
+        c = self.connections.get(conn)
+        if c is not None:
+            c.write(frames)
+
+    def on_conn_err(self, src: int, rec: bytes) -> None:
+        """CONN_ERR: an error for a connection (a fatal one closes it)."""
+        conn, fatal, text = records.parse_conn_err(rec)
+        c = self.connections.get(conn)
+        if c is not None:
+            code, _, desc = text.partition(" ")
+            c.send_error((FatalClientError if fatal else ClientError)(code, desc))
+
+    def on_reply(self, src: int, rec: bytes) -> None:
+        """REPLY: one router's answer to a control request (ask_routers)."""
+        entry = self._requests.get(records.reply_id(rec))
+        if entry is not None:
+            fut, replies, expected = entry
+            replies.append(records.parse_reply(rec)[1])
+            if len(replies) == expected and not fut.done():
+                fut.set_result(None)
+
+    def on_barrier(self, src: int, rec: bytes) -> None:
+        """BARRIER: answered behind every record we queued for this router before (see
+        router/controls.py)."""
+        self.endpoint.send(src, records.barrier_ok(records.parse_barrier(rec)))
+
+    def on_sub_ok(self, src: int, rec: bytes) -> None:
+        """SUB_OK: the connection's channel exists; it may read again."""
+        c = self.connections.get(records.parse_sub_ok(rec))
+        if c is not None:
+            c.sub_confirmed()
+
+    def on_close_conn(self, src: int, rec: bytes) -> None:
+        """CLOSE_CONN: the connection's topic or channel was deleted."""
+        c = self.connections.get(records.parse_close_conn(rec))
+        if c is not None:
+            c.close()
+
+    def on_topic_gone(self, src: int, rec: bytes) -> None:
+        """TOPIC_GONE: the topic was deleted; its segment writer goes."""
+        self.publisher.forget(records.parse_topic_gone(rec))
+
+    def on_topic_full(self, src: int, rec: bytes) -> None:
+        """TOPIC_FULL: publishes to the topic are refused (full) or taken again."""
+        topic, full = records.parse_topic_full(rec)
+        if full:
+            self.publisher.full_topics.add(topic)
+        else:
+            self.publisher.full_topics.discard(topic)
+
+    def on_config_set(self, src: int, rec: bytes) -> None:
+        """CONFIG_SET: router 0 relays every option changed at run time (PUT /config/... on
+        any acceptor)."""
+        overrides = records.parse_config_set(rec)
         changed = {k: v for k, v in overrides.items() if self.config_overrides.get(k) != v}
         self.config_overrides.update(overrides)
         if not changed:
@@ -255,79 +338,18 @@ class Acceptor(Role):
             if "nsqlookupd_tcp_addresses" in changed:
                 self.registrar.set_addresses(self.opts.nsqlookupd_tcp_addresses)
             # the other routers apply them too (log level); router 0 has them already
-            rec = bytes((records.CONFIG,)) + orjson.dumps(changed)
+            relay = records.config(changed)
             for j in range(1, self.plan.routers):
-                self.endpoint.send(self.plan.router_slot(j), rec)
+                self.endpoint.send(self.plan.router_slot(j), relay)
 
-    # -- records from routers ----------------------------------------------------------
-    def deliver_waiting(self) -> None:
-        """Hand out what the routers sent (message frames above all) now, before a
-        publisher's batch is written: on a loop busy with MPUBs, consumers' deliveries
-        otherwise wait for every publish of the tick (mixed workload: "out" about 1.2x)."""
-        self.endpoint.drain(self.on_record)
-
-    def on_record(self, src: int, rec: bytes) -> None:
-        kind = rec[0]
-        if kind == records.DELIVER:
-            _, conn = records.CONN.unpack_from(rec)
-            c = self.connections.get(conn)
-            if c is not None:
-                c.write(memoryview(rec)[records.CONN.size:])
-        elif kind == records.CONN_ERR:
-            _, conn, fatal = records.CONN_ERR_HEAD.unpack_from(rec)
-            c = self.connections.get(conn)
-            if c is not None:
-                text = rec[records.CONN_ERR_HEAD.size:].decode()
-                code, _, desc = text.partition(" ")
-                c.send_error((FatalClientError if fatal else ClientError)(code, desc))
-        elif kind == records.REPLY:
-            _, req_id = records.REQ_ID.unpack_from(rec)
-            entry = self._requests.get(req_id)
-            if entry is not None:
-                fut, replies, expected = entry
-                replies.append(orjson.loads(rec[records.REQ_ID.size:]))
-                if len(replies) == expected and not fut.done():
-                    fut.set_result(None)
-        elif kind == records.BARRIER:
-            # behind every record we queued for this router before: see router/controls.py
-            self.endpoint.send(src, bytes((records.BARRIER_OK,)) + rec[1:])
-        elif kind == records.SUB_OK:
-            _, conn = records.CONN.unpack_from(rec)
-            c = self.connections.get(conn)
-            if c is not None:
-                c.sub_confirmed()
-        elif kind == records.CLOSE_CONN:
-            _, conn = records.CONN.unpack_from(rec)
-            c = self.connections.get(conn)
-            if c is not None:
-                c.close()
-        elif kind == records.TOPIC_GONE:
-            self.publisher.forget(rec[1:])
-        elif kind == records.TOPIC_FULL:
-            topic = rec[2:]
-            if rec[1]:
-                self.publisher.full_topics.add(topic)
-            else:
-                self.publisher.full_topics.discard(topic)
-        elif kind == records.LOOKUP_REG and self.registrar is not None:
-            self.registrar.on_reg(src, rec)
-        elif kind == records.LOOKUP_STATE and self.registrar is not None:
-            self.registrar.on_state(src, rec)
-        elif kind == records.CHANNELS_ASK and self.registrar is not None:
-            self.registrar.on_ask(src, rec)
-        elif kind == records.CONFIG_SET:
-            self.on_config_set(orjson.loads(rec[1:]))
-        elif kind == records.R_HELLO:
-            router_slot = src
-            if self.registrar is not None:
-                self.registrar.tell_routers([src])
-                if self.config_overrides:  # router 0 takes them back; others apply them
-                    self.endpoint.send(src, bytes((records.CONFIG,)) + orjson.dumps(self.config_overrides))
-            # the restarted router re-announces the topics that are still full
-            self.publisher.full_topics = {t for t in self.publisher.full_topics
-                                          if self.router_slot(t) != router_slot}
-            for c in self.connections.values():
-                if c.router == router_slot and not c.closed:
-                    c.send_sub()
-        else:
-            self.log.error("unexpected record kind %d from slot %d", kind, src)
+    def on_router_hello(self, src: int, rec: bytes) -> None:
+        """R_HELLO: router src restarted; its connections send their SUB (and RDY) again."""
+        if self.registrar is not None:
+            self.registrar.tell_routers([src])
+            if self.config_overrides:  # router 0 takes them back; others apply them
+                self.endpoint.send(src, records.config(self.config_overrides))
+        # the restarted router re-announces the topics that are still full
+        self.publisher.full_topics = {t for t in self.publisher.full_topics if self.router_slot(t) != src}
+        for c in self.connections.values():
+            if c.router == src and not c.closed:
+                c.send_sub()

@@ -114,12 +114,12 @@ def send_sub(conn: V2Connection) -> None:
         **conn.auth.stats(),
     })
     # the first SUB holds the connection until SUB_OK; a re-sent one does not (RESUB)
-    kind = records.SUB if conn.waiting_for == "SUB" else records.RESUB
-    host.send_record(conn.router, records.sub(conn.conn, conn.topic, conn.channel, info, kind))
+    build = records.sub if conn.waiting_for == "SUB" else records.resub
+    host.send_record(conn.router, build(conn.conn, conn.topic, conn.channel, info))
     if conn.rdy:
-        host.send_record(conn.router, records.CONN_U32.pack(records.RDY, conn.conn, conn.rdy))
+        host.send_record(conn.router, records.rdy(conn.conn, conn.rdy))
     if conn.state == STATE_CLOSING:
-        host.send_record(conn.router, records.CONN.pack(records.CLS, conn.conn))
+        host.send_record(conn.router, records.cls(conn.conn))
 
 
 def cmd_cls(conn: V2Connection, params: Params, body_off: int, body_len: int) -> None:
@@ -127,5 +127,5 @@ def cmd_cls(conn: V2Connection, params: Params, body_off: int, body_len: int) ->
     if conn.state != STATE_SUBSCRIBED:
         raise FatalClientError(E.E_INVALID, "cannot CLS in current state")
     conn.state = STATE_CLOSING
-    conn.host.send_record(conn.router, records.CONN.pack(records.CLS, conn.conn))
+    conn.host.send_record(conn.router, records.cls(conn.conn))
     conn.write(CLOSE_WAIT_FRAME)

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from nsqmp.acceptor import flow, session
+from nsqmp.acceptor import session
 from nsqmp.acceptor.authorize import ConnAuth, Suspended, cmd_auth
 from nsqmp.acceptor.flow import FlowControl
 from nsqmp.acceptor.gotext import go_s
@@ -184,7 +184,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         if self.pub_counts:
             self.host.producer_left()
         if self.router >= 0:
-            self._send(self.router, records.CONN.pack(records.GONE, self.conn))
+            self._send(self.router, records.gone(self.conn))
 
     def pause_writing(self) -> None:
         """The client does not read what it is sent; it is still read (nsqmp.acceptor.flow

@@ -131,12 +131,12 @@ def _parse_json(rec: bytes) -> Any:
     return orjson.loads(memoryview(rec)[1:])
 
 
-def tokens(kind: int, items: list[int]) -> bytes:
+def _tokens(kind: int, items: list[int]) -> bytes:
     """kind + the u64 tokens items (DISARM, FIRE)."""
     return bytes((kind,)) + struct.pack(f"<{len(items)}Q", *items)
 
 
-def unpack_tokens(rec: bytes) -> tuple[int, ...]:
+def _parse_tokens(rec: bytes) -> tuple[int, ...]:
     """The u64 tokens of a DISARM or FIRE."""
     return struct.unpack_from(f"<{(len(rec) - 1) // 8}Q", rec, 1)
 
@@ -213,7 +213,6 @@ def parse_sub(rec: bytes) -> tuple[int, bytes, bytes, bytes]:
 
 
 parse_resub = parse_sub
-unpack_sub = parse_sub  # the name router/role.py uses until it switches to parse_sub
 
 
 def rdy(conn: int, count: int) -> bytes:
@@ -306,8 +305,6 @@ def parse_channels(rec: bytes) -> tuple[bytes, bytes]:
     """(topic, JSON list of channel names) of a CHANNELS."""
     return _unpack_named(rec, 1)
 
-
-unpack_channels = parse_channels  # the name router/lookup.py uses until it switches
 
 
 def lookupds(count: int) -> bytes:
@@ -441,8 +438,6 @@ def parse_lookup_reg(rec: bytes) -> tuple[bool, bytes, bytes]:
     return bool(rec[1]), topic, channel
 
 
-unpack_lookup_reg = parse_lookup_reg  # the name acceptor/registrar.py uses until it switches
-
 
 def lookup_state(piece: list, first: bool, last: bool) -> bytes:
     """LOOKUP_STATE: one piece ([[topic, [channel, ...]], ...]) of what a router owns."""
@@ -501,8 +496,6 @@ def parse_arm(rec: bytes) -> list[tuple[int, int]]:
     return list(TOKEN_DEADLINE.iter_unpack(memoryview(rec)[1:]))
 
 
-unpack_arm = parse_arm
-
 
 def arm_entries(rec: bytes) -> memoryview:
     """An ARM's packed pairs, as the deadline heap takes them (no copy)."""
@@ -511,7 +504,7 @@ def arm_entries(rec: bytes) -> memoryview:
 
 def disarm(items: list[int]) -> bytes:
     """DISARM of tokens."""
-    return tokens(DISARM, items)
+    return _tokens(DISARM, items)
 
 
 def disarm_packed(packed: bytes | memoryview) -> bytes:
@@ -524,7 +517,7 @@ disarm_entries = arm_entries  # a DISARM's packed tokens, as the heap takes them
 
 def fire(items: list[int]) -> bytes:
     """FIRE of tokens."""
-    return tokens(FIRE, items)
+    return _tokens(FIRE, items)
 
 
 def fire_packed(packed: bytes | memoryview) -> bytes:
@@ -532,7 +525,7 @@ def fire_packed(packed: bytes | memoryview) -> bytes:
     return _FIRE_KIND + packed
 
 
-parse_disarm = parse_fire = unpack_tokens  # -> tokens
+parse_disarm = parse_fire = _parse_tokens  # -> tokens
 
 
 def t_hello() -> bytes:

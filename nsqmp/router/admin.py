@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import shutil
 
-import orjson
-
 from nsqmp.ipc import records
 
 
@@ -37,7 +35,7 @@ def topic_delete(router, request) -> dict:
         router.lookup.announce(False, topic.name)
     topic.close()
     shutil.rmtree(topic.dir, ignore_errors=True)
-    gone = bytes((records.TOPIC_GONE,)) + topic.name
+    gone = records.topic_gone(topic.name)
     for i in range(router.plan.acceptors):
         router.endpoint.send(router.plan.acceptor_slot(i), gone)
     router.log.info("deleted topic %s", topic.name.decode())
@@ -154,7 +152,7 @@ def channel_pause(router, request, paused: bool = True) -> dict:
 def _close_channel(router, ch) -> None:
     """Close the connections subscribed to a channel being deleted (nsqd does the same)."""
     for c in list(ch.consumers.values()):
-        router.endpoint.send(records.conn_acceptor(c.conn), records.CONN.pack(records.CLOSE_CONN, c.conn))
+        router.endpoint.send(records.conn_acceptor(c.conn), records.close_conn(c.conn))
         router.subscriptions.drop(c)
 
 
@@ -163,7 +161,7 @@ def config_set(router, request) -> dict:
     every acceptor every option changed so far, before the reply goes back."""
     router.config_overrides[request["option"]] = request["value"]
     router.apply_config({request["option"]: request["value"]})
-    rec = bytes((records.CONFIG_SET,)) + orjson.dumps(router.config_overrides)
+    rec = records.config_set(router.config_overrides)
     for i in range(router.plan.acceptors):
         router.endpoint.send(router.plan.acceptor_slot(i), rec)
     # into every ring now, before the reply is even queued: once the client has its answer,

@@ -31,7 +31,7 @@ def check(topic: Topic) -> None:
             log.warning("topic %s %s (%d bytes in files, cap %d)", topic.name.decode(),
                         "is full: refusing publishes" if full else "has room again",
                         topic.disk_bytes, limit)
-            links.to_acceptors(bytes((records.TOPIC_FULL, full)) + topic.name)
+            links.to_acceptors(records.topic_full(topic.name, full))
         return
     while topic.disk_bytes > limit:
         victim = next((s for s in topic.segments.values()

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Callable
 
 from nsqmp.router.deadlines import Deadlines
 from nsqmp.router.filequeue import FileQueue
-from nsqmp.router.flight import DEFER_SLOT_NS, Consumer, Deferred, Flight
-from nsqmp.router.inflight import InFlightMap  # native/inflight.c, or its twin router/pyinflight.py
+from nsqmp.router.flight import DEFER_SLOT_NS, Consumer, Deferred
+from nsqmp.router.inflight import Flight, InFlightMap  # native/inflight.c, or its twin router/pyinflight.py
 from nsqmp.router.readback import Message  # native/readback.c, or its twin router/pyreadback.py
 
 if TYPE_CHECKING:

@@ -64,13 +64,13 @@ class OrderedControls:
         self._barrier += 1
         self._covered = len(self.waiting)
         self._owed = {plan.acceptor_slot(i) for i in range(plan.acceptors)}
-        rec = records.BARRIER_ID.pack(records.BARRIER, self._barrier)
+        rec = records.barrier(self._barrier)
         for slot in self._owed:
             self.router.endpoint.send(slot, rec)
         self._timer = self.router.loop.call_later(BARRIER_TIMEOUT, self._expired, self._barrier)
 
     def on_ok(self, src: int, rec: bytes) -> None:
-        _, barrier = records.BARRIER_ID.unpack(rec)
+        barrier = records.parse_barrier_ok(rec)
         if barrier == self._barrier:
             self._answered(src)
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from nsqmp.ipc import records
 from nsqmp.lateness import FireLateness
-from nsqmp.router.flight import DEFER_SLOT_NS, Deferred, Flight
+from nsqmp.router.flight import DEFER_SLOT_NS, Deferred
+from nsqmp.router.inflight import Flight
 
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
@@ -93,10 +94,10 @@ class Deadlines:
         timer = self.timer_slot
         if self.arms:
             arms, self.arms = self.arms, array("Q")
-            step = 2 * max(1, self.max_chunk // 16)  # values: two per entry
+            step = 2 * max(1, self.max_chunk // records.TOKEN_DEADLINE.size)  # values: two per entry
             for start in range(0, len(arms), step):
                 send(timer, records.arm_flat(arms[start:start + step]))
-        step = max(1, self.max_chunk // 8)
+        step = max(1, self.max_chunk // records.TOKEN.size)
         while self.disarms:
             disarms, self.disarms = self.disarms[:step], self.disarms[step:]
-            send(timer, records.tokens(records.DISARM, disarms))
+            send(timer, records.disarm(disarms))

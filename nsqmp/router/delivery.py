@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from nsqmp.ipc import records
 from nsqmp.router.deadlines import Deadlines
-from nsqmp.router.flight import Flight
+from nsqmp.router.inflight import Flight  # native/flight.h, or its twin router/pyinflight.py
 from nsqmp.router.readback import pack_frames
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class Delivery:
         """DELIVER records carrying the message frames of (Message, attempts) entries: up
         to max_chunk bytes of frames each (pack_frames builds one record per call)."""
         dst = self.acceptor_slot(records.conn_acceptor(conn))
-        head = records.CONN.pack(records.DELIVER, conn)
+        head = records.deliver_head(conn)
         i, n = 0, len(entries)
         send = self.send
         while i < n:

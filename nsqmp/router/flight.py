@@ -1,8 +1,8 @@
-"""What a channel hands out and holds back: its consumers, their flights, its deferred slots.
+"""What a channel hands out and holds back: its consumers and its deferred slots.
 
-Plain data; the verbs that change them are the channel's (router/channel.py). The field
-names and Flight's argument order are read elsewhere: native/inflight.c reads a flight's
-`live` and `consumer` by name, and the delivery pass builds Flight(...) positionally.
+Plain data; the verbs that change them are the channel's (router/channel.py). A consumer's
+flights are ``Flight`` of :mod:`nsqmp.router.inflight` (native/flight.h, a struct the
+in-flight map reads directly; or its pure-Python twin).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
 
-__all__ = ["DEFER_SLOT_NS", "Consumer", "Deferred", "Flight"]
+__all__ = ["DEFER_SLOT_NS", "Consumer", "Deferred"]
 
 
 @dataclass(eq=False)
@@ -27,30 +27,11 @@ class Consumer:
     finish_count: int = 0
     requeue_count: int = 0
     closing: bool = False
-    flights: dict = field(default_factory=dict)  # token -> Flight: what it has in flight
+    flights: dict = field(default_factory=dict)  # token -> Flight (router/inflight.py): what it has in flight
 
     @property
     def credit(self) -> int:
         return 0 if self.closing else self.rdy - self.in_flight
-
-
-@dataclass(slots=True, eq=False)
-class Flight:
-    """The messages one delivery pass handed to one consumer: one deadline, one timer entry.
-
-    A message leaves its flight when it is finished, requeued or touched (a TOUCH gives it
-    a flight of its own); the timer entry is disarmed when the last one has left, and the
-    flight's messages still in it time out together when it fires. Which members are
-    still in it is the channel's InFlightMap's to say (each entry names its flight).
-    """
-    token: int
-    consumer: Consumer
-    deadline: int  # CLOCK_MONOTONIC ns
-    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
-    live: int = 0  # members still in this flight
-    # what it went out with, flat: Message, attempts, Message, attempts, ... (the map's
-    # land/expire put them back in the queue from this; see native/inflight.c)
-    members: list = field(default_factory=list)
 
 
 # Deferred messages of a channel due within the same DEFER_SLOT_NS share one timer entry

@@ -62,8 +62,7 @@ class LookupLink:
             pieces[-1].append(item)
             size += n
         for k, piece in enumerate(pieces):
-            flags = (records.STATE_FIRST if k == 0 else 0) | (records.STATE_LAST if k == len(pieces) - 1 else 0)
-            r.endpoint.send(self._registrar, bytes((records.LOOKUP_STATE, flags)) + orjson.dumps(piece))
+            r.endpoint.send(self._registrar, records.lookup_state(piece, k == 0, k == len(pieces) - 1))
 
     # -- a new topic ---------------------------------------------------------------------------
     def topic_created(self, topic: Topic) -> None:
@@ -74,11 +73,11 @@ class LookupLink:
             topic.held = []
             topic.hold_start = dict(topic.hwm)
             r = self.router
-            r.endpoint.send(self._registrar, bytes((records.CHANNELS_ASK,)) + topic.name)
+            r.endpoint.send(self._registrar, records.channels_ask(topic.name))
             r.loop.call_later(r.opts.http_client_request_timeout + _ANSWER_SLACK, self.release, topic, [])
 
     def on_channels(self, rec: bytes) -> None:
-        name, names_json = records.unpack_channels(rec)
+        name, names_json = records.parse_channels(rec)
         topic = self.router.topics.get(name)
         if topic is None:
             return

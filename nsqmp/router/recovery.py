@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from nsqmp.diskqueue import acklog
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.layout import list_topics
-from nsqmp.diskqueue.segment import RECORD_HEAD, ScanStats, parse_name, scan
+from nsqmp.diskqueue.segment import ScanStats, parse_name, scan
+from nsqmp.layouts import DUE, MESSAGE_HEAD, RECORD_HEAD
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router.readback import Message, read_messages
 
@@ -79,8 +80,8 @@ def rescan_acceptor(router, acceptor: int) -> int:
                 if (seq, offset) <= last:
                     continue
                 msgs.append((_message(payload, seg, offset), due))
-                nbytes += len(payload) - 26
-                topic.count_bytes(seg, 8 + len(payload) + (8 if due else 0))
+                nbytes += len(payload) - MESSAGE_HEAD.size
+                topic.count_bytes(seg, RECORD_HEAD.size + len(payload) + (DUE.size if due else 0))
                 topic.hwm[acceptor] = (seq, offset)
             if msgs:
                 found += len(msgs)
@@ -173,8 +174,9 @@ class _TopicScan:
         per_channel: dict = {ch: [] for ch in channels}
         tries: dict = {ch: {} for ch in channels}
         paused_at = self.paused_at
+        head, due_size = RECORD_HEAD.size, DUE.size  # a record's bytes past its payload
         for offset, payload, due in scan(seg.path, self.stats, resync):
-            size = 8 + len(payload) + (8 if due else 0)
+            size = head + len(payload) + (due_size if due else 0)
             m = None  # a Message only for what does not wait as a file range
             topic.hwm[acceptor] = (seq, offset)
             topic.count_bytes(seg, size)

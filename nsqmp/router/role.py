@@ -12,10 +12,9 @@ from __future__ import annotations
 import gc
 import time
 
-import orjson
-
 from nsqmp import memstats
 from nsqmp.ipc import records
+from nsqmp.layouts import ID
 from nsqmp.router.controls import OrderedControls
 from nsqmp.router.deadlines import Deadlines
 from nsqmp.router.delivery import Delivery
@@ -124,7 +123,7 @@ class Router(Role):
 
     def started(self) -> None:
         """Say hello to the acceptors, apply the cap, tell the lookupds what we own."""
-        hello = records.HELLO_R.pack(records.R_HELLO, self.index)
+        hello = records.hello_r(self.index)
         for i in range(self.plan.acceptors):
             self.endpoint.send(self.plan.acceptor_slot(i), hello)
         # after the hello (which makes acceptors forget our old topic-full flags)
@@ -163,8 +162,7 @@ class Router(Role):
 
     def error(self, conn: int, fatal: bool, text: str) -> None:
         """An error for a client connection (fatal: the acceptor closes it after)."""
-        self.endpoint.send(records.conn_acceptor(conn),
-                           records.CONN_ERR_HEAD.pack(records.CONN_ERR, conn, fatal) + text.encode())
+        self.endpoint.send(records.conn_acceptor(conn), records.conn_err(conn, fatal, text))
 
     # -- topics and channels ---------------------------------------------------------------------
     def topic(self, name: bytes) -> Topic:
@@ -201,16 +199,13 @@ class Router(Role):
     # -- publish ---------------------------------------------------------------------------------
     def on_publish(self, src: int, rec: bytes) -> None:
         """A batch with a copy of its records (#ephemeral, or deferred)."""
-        _, acceptor, seq, offset, count, tlen = records.PUBLISH_HEAD.unpack_from(rec)
-        pos = records.PUBLISH_HEAD.size
-        blob = memoryview(rec)[pos + tlen:]
-        self.topic(rec[pos:pos + tlen]).publish(acceptor, seq, offset, count, len(blob), blob)
+        acceptor, seq, offset, count, name, blob = records.parse_publish(rec)
+        self.topic(name).publish(acceptor, seq, offset, count, len(blob), blob)
 
     def on_publish_at(self, src: int, rec: bytes) -> None:
         """A durable batch, not deferred, left in its segment file."""
-        _, acceptor, seq, offset, count, size, tlen = records.PUBLISH_AT_HEAD.unpack_from(rec)
-        pos = records.PUBLISH_AT_HEAD.size
-        self.topic(rec[pos:pos + tlen]).publish(acceptor, seq, offset, count, size, None)
+        acceptor, seq, offset, count, size, name = records.parse_publish_at(rec)
+        self.topic(name).publish(acceptor, seq, offset, count, size, None)
 
     # -- in flight: FIN, REQ, TOUCH (the channel's verbs) ----------------------------------------
     def _owned(self, conn: int, msg_id: bytes, cmd: str) -> tuple | None:
@@ -226,27 +221,27 @@ class Router(Role):
 
     def on_fin(self, src: int, rec: bytes) -> None:
         """FIN of one or more IDs: a connection's FINs of one tick, in the order sent."""
-        conn = records.CONN.unpack_from(rec)[1]
+        conn, ids = records.parse_fin(rec)
         c = self.consumers.get(conn)
         if c is None:
-            for pos in range(records.CONN.size, len(rec), 16):
-                self._owned(conn, rec[pos:pos + 16], "FIN")  # each gets its E_FIN_FAILED
+            for pos in range(0, len(ids), ID):
+                self._owned(conn, bytes(ids[pos:pos + ID]), "FIN")  # each gets its E_FIN_FAILED
             return
         bad: list[bytes] = []
-        c.channel.finish(c, rec, records.CONN.size, bad)
+        c.channel.finish(c, ids, 0, bad)
         for msg_id in bad:
             self._owned(conn, msg_id, "FIN")  # each gets its E_FIN_FAILED, in order
 
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""
-        _, conn, delay_ms, msg_id = records.REQ_HEAD.unpack(rec)
+        conn, delay_ms, msg_id = records.parse_req(rec)
         entry = self._owned(conn, msg_id, "REQ")
         if entry is not None:
             entry[2].consumer.channel.requeue(msg_id, entry, delay_ms)
 
     def on_touch(self, src: int, rec: bytes) -> None:
         """TOUCH: the message's deadline moves (its own flight if it shared one)."""
-        _, conn, msg_id = records.CONN_ID.unpack(rec)
+        conn, msg_id = records.parse_touch(rec)
         entry = self._owned(conn, msg_id, "TOUCH")
         if entry is not None:
             entry[2].consumer.channel.touch(msg_id, entry, int(self.opts.max_msg_timeout * 1e9))
@@ -256,7 +251,7 @@ class Router(Role):
         """Deadlines passed: timed-out and deferred messages go back to their queues; one
         delivery pass for the whole record then hands them out."""
         mark = self.delivery.mark
-        for ch in self.deadlines.fire(records.unpack_tokens(rec)):
+        for ch in self.deadlines.fire(records.parse_fire(rec)):
             mark(ch)
 
     def on_timer_hello(self, src: int, rec: bytes) -> None:
@@ -266,12 +261,12 @@ class Router(Role):
     # -- lookupd and run-time options (from acceptor 0) -------------------------------------------
     def on_lookupds(self, src: int, rec: bytes) -> None:
         """How many lookupds the broker has now (acceptor 0 keeps it current)."""
-        _, self.lookup.lookupds = records.COUNT_U16.unpack(rec)
+        self.lookup.lookupds = records.parse_lookupds(rec)
 
     def on_config(self, src: int, rec: bytes) -> None:
         """Options changed at run time: router 0 takes them back after a restart, the other
         routers apply them (log level)."""
-        overrides = orjson.loads(rec[1:])
+        overrides = records.parse_config(rec)
         if self.index == 0:
             self.config_overrides.update(overrides)
         self.apply_config(overrides)
@@ -279,8 +274,7 @@ class Router(Role):
     # -- control requests from acceptors ---------------------------------------------------------
     def answer_control(self, src: int, rec: bytes) -> None:
         """A control request (behind its barrier): stats, memory, or an admin op (admin.py)."""
-        _, req_id = records.REQ_ID.unpack_from(rec)
-        request = orjson.loads(rec[records.REQ_ID.size:])
+        req_id, request = records.parse_control(rec)
         op = request.get("op")
         if op == "stats":
             want = request.get("topic")
@@ -295,7 +289,7 @@ class Router(Role):
 
             handler = admin.OPS.get(op)
             reply = handler(self, request) if handler is not None else {"error": "INVALID_REQUEST"}
-        self.endpoint.send(src, records.REQ_ID.pack(records.REPLY, req_id) + orjson.dumps(reply))
+        self.endpoint.send(src, records.reply(req_id, reply))
 
     async def stop(self) -> None:
         """Append and sync every pending acknowledgement; the next router recovers the rest."""

@@ -30,7 +30,7 @@ class Subscriptions:
         requests do (controls.py): the new channel must not get a deferred message answered
         on the other acceptor before the SUB. The connection reads nothing more until
         SUB_OK, so only its GONE can come meanwhile."""
-        conn, topic_name, channel_name, _ = records.unpack_sub(rec)
+        conn, topic_name, channel_name, _ = records.parse_sub(rec)
         topic = self.router.topics.get(topic_name)
         if topic is not None and channel_name in topic.channels:
             self.subscribe(src, rec)
@@ -40,7 +40,7 @@ class Subscriptions:
 
     def subscribe_after_barrier(self, src: int, rec: bytes) -> None:
         """The barrier a SUB waited for is passed: subscribe, unless the connection went."""
-        conn, topic_name, channel_name, _ = records.unpack_sub(rec)
+        conn, topic_name, channel_name, _ = records.parse_sub(rec)
         if conn in self.waiting:
             self.waiting.discard(conn)
             self.subscribe(src, rec)
@@ -52,7 +52,7 @@ class Subscriptions:
 
     def subscribe(self, src: int, rec: bytes) -> None:
         """SUB (its channel exists, or its barrier is passed) and RESUB: a new consumer."""
-        conn, topic_name, channel_name, info = records.unpack_sub(rec)
+        conn, topic_name, channel_name, info = records.parse_sub(rec)
         r = self.router
         old = self.consumers.get(conn)
         if old is not None:
@@ -67,24 +67,24 @@ class Subscriptions:
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
-        r.endpoint.send(src, records.CONN.pack(records.SUB_OK, conn))
+        r.endpoint.send(src, records.sub_ok(conn))
 
     def on_rdy(self, src: int, rec: bytes) -> None:
-        _, conn, count = records.CONN_U32.unpack(rec)
+        conn, count = records.parse_rdy(rec)
         c = self.consumers.get(conn)
         if c is not None:
             c.rdy = count
             c.channel.mark(c.channel)
 
     def on_cls(self, src: int, rec: bytes) -> None:
-        _, conn = records.CONN.unpack(rec)
+        conn = records.parse_cls(rec)
         c = self.consumers.get(conn)
         if c is not None:
             c.closing = True
             c.rdy = 0  # nsqd's StartClose: RDY 0, state closing
 
     def on_gone(self, src: int, rec: bytes) -> None:
-        _, conn = records.CONN.unpack(rec)
+        conn = records.parse_gone(rec)
         self.waiting.discard(conn)
         c = self.consumers.get(conn)
         if c is not None:
@@ -99,12 +99,12 @@ class Subscriptions:
 
     def on_acceptor_hello(self, src: int, rec: bytes) -> None:
         """A new acceptor incarnation: the connections of the old one are gone."""
-        _, acceptor, generation = records.HELLO_A.unpack(rec)
+        acceptor, generation = records.parse_hello_a(rec)
         r = self.router
         if acceptor == 0:
             r.lookup.send_state()  # the registrar starts from nothing
         if r.index == 0 and r.config_overrides:
-            r.endpoint.send(src, bytes((records.CONFIG_SET,)) + orjson.dumps(r.config_overrides))
+            r.endpoint.send(src, records.config_set(r.config_overrides))
 
         def gone(conn: int) -> bool:  # a connection of one of this acceptor's earlier incarnations
             return records.conn_acceptor(conn) == acceptor and records.conn_generation(conn) != generation

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nsqmp.diskqueue import meta as metafile
-from nsqmp.diskqueue.segment import MIN_PAYLOAD, RECORD_HEAD, drain_background
+from nsqmp.diskqueue.segment import drain_background
 from nsqmp.ipc import records
+from nsqmp.layouts import DUE, MESSAGE_HEAD, RECORD_HEAD, blob_deferred
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router import cap
 from nsqmp.router.channel import Channel, unmarked
@@ -27,8 +28,7 @@ from nsqmp.router.topicfiles import Segment, TopicFiles
 
 __all__ = ["Segment", "Topic", "TopicLinks"]
 
-_RECORD_OVERHEAD = RECORD_HEAD.size + MIN_PAYLOAD  # a record's bytes besides its body and due time
-_DUE_SIZE = 8  # a DEFER record's due time
+_RECORD_OVERHEAD = RECORD_HEAD.size + MESSAGE_HEAD.size  # a record's bytes besides its body and due time
 log = logging.getLogger("nsqmp.router")
 
 
@@ -153,7 +153,7 @@ class Topic(TopicFiles):
             return
         seg = self.segment(acceptor, seq) if durable else None
         lazy: list[Channel | None] = []  # channels that take this batch as a file range
-        deferred_batch = blob is not None and len(blob) > 3 and blob[3] & 0x80  # its first record's DEFER bit
+        deferred_batch = blob is not None and blob_deferred(blob)  # its first record's DEFER bit
         if (durable and self.held is None and not self.paused and size > 0 and (seq, offset) > last
                 and not deferred_batch):  # the whole batch is new, not deferred, not held
             lazy = self.lazy()
@@ -181,7 +181,7 @@ class Topic(TopicFiles):
                 deferred = sum(1 for _, due in msgs if due)
         # bodies are what the records hold past each one's head, message header and (DEFER
         # records, those with a due time) due time
-        nbytes = consumed - _RECORD_OVERHEAD * len(msgs) - _DUE_SIZE * deferred
+        nbytes = consumed - _RECORD_OVERHEAD * len(msgs) - DUE.size * deferred
         if not msgs:
             return
         if seg is not None:

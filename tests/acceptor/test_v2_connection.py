@@ -212,11 +212,11 @@ def test_sub_sends_the_consumer_to_the_topics_router():
     (slot, rec), = host.take_records()
     assert slot == host.router_slot(b"t") == conn.router
     assert rec[0] == records.SUB
-    conn_id, topic, channel, info = records.unpack_sub(rec)
+    conn_id, topic, channel, info = records.parse_sub(rec)
     assert (conn_id, topic, channel, orjson.loads(info)["client_id"]) == (CONN_ID, b"t", b"ch", "c9")
     conn.sub_confirmed()
     assert responses(transport) == [b"OK"]
-    assert host.take_records() == [(conn.router, records.CONN_U32.pack(records.RDY, CONN_ID, 3))]
+    assert host.take_records() == [(conn.router, records.rdy(CONN_ID, 3))]
     assert conn.state == STATE_SUBSCRIBED
 
 
@@ -225,14 +225,14 @@ def test_rdy_req_touch_and_cls_are_records_for_the_router():
     conn.data_received(wire.rdy(10) + wire.req(MSG_ID, 5000) + wire.req(MSG_ID, 10 ** 10) + wire.touch(MSG_ID))
     r = conn.router
     assert host.take_records() == [
-        (r, records.CONN_U32.pack(records.RDY, CONN_ID, 10)),
-        (r, records.REQ_HEAD.pack(records.REQ, CONN_ID, 5000, MSG_ID)),
-        (r, records.REQ_HEAD.pack(records.REQ, CONN_ID, 3_600_000, MSG_ID)),  # clamped, as nsqd
-        (r, records.CONN_ID.pack(records.TOUCH, CONN_ID, MSG_ID)),
+        (r, records.rdy(CONN_ID, 10)),
+        (r, records.req(CONN_ID, 5000, MSG_ID)),
+        (r, records.req(CONN_ID, 3_600_000, MSG_ID)),  # clamped, as nsqd
+        (r, records.touch(CONN_ID, MSG_ID)),
     ]
     conn.data_received(wire.CLS)
     assert responses(transport) == [b"CLOSE_WAIT"] and conn.state == STATE_CLOSING
-    assert host.take_records() == [(r, records.CONN.pack(records.CLS, CONN_ID))]
+    assert host.take_records() == [(r, records.cls(CONN_ID))]
     conn.data_received(wire.rdy(5))  # ignored once closing, as nsqd
     assert host.take_records() == [] and not transport.closed
 
@@ -244,10 +244,9 @@ def test_fins_of_one_tick_are_one_record_until_another_record_comes_between():
     conn.data_received(wire.fin(ids[3]))  # joins the record: still the last one queued
     conn.data_received(wire.touch(ids[4]) + wire.fin(ids[4]))
     r = conn.router
-    head = records.CONN.pack(records.FIN, CONN_ID)
-    assert host.take_records() == [(r, head + b"".join(ids[:4])),
-                                   (r, records.CONN_ID.pack(records.TOUCH, CONN_ID, ids[4])),
-                                   (r, head + ids[4])]
+    assert host.take_records() == [(r, records.fin(CONN_ID, b"".join(ids[:4]))),
+                                   (r, records.touch(CONN_ID, ids[4])),
+                                   (r, records.fin(CONN_ID, ids[4]))]
 
 
 @pytest.mark.parametrize("sent, text", [
@@ -268,7 +267,7 @@ def test_a_consumer_leaving_is_told_to_its_router():
     conn, transport, host = subscribed()
     conn.close()
     conn.connection_lost(None)
-    assert host.take_records() == [(conn.router, records.CONN.pack(records.GONE, CONN_ID))]
+    assert host.take_records() == [(conn.router, records.gone(CONN_ID))]
     assert host.connections == {}
 
 
@@ -312,8 +311,8 @@ def test_a_client_not_reading_what_it_is_sent_is_still_read():
     assert transport.reading and conn.write_paused
     conn.data_received(wire.rdy(5) + wire.fin(MSG_ID))
     assert host.take_records() == [
-        (conn.router, records.CONN_U32.pack(records.RDY, CONN_ID, 5)),
-        (conn.router, records.CONN.pack(records.FIN, CONN_ID) + MSG_ID),
+        (conn.router, records.rdy(CONN_ID, 5)),
+        (conn.router, records.fin(CONN_ID, MSG_ID)),
     ]
     conn.resume_writing()
     assert transport.reading and not conn.write_paused

@@ -80,7 +80,7 @@ class Nouns:
     def fin(self, c: Consumer, ids: list[bytes]) -> list[bytes]:
         """A FIN record's IDs finished by c; the IDs refused."""
         bad: list[bytes] = []
-        c.channel.finish(c, records.CONN.pack(records.FIN, c.conn) + b"".join(ids), records.CONN.size, bad)
+        c.channel.finish(c, records.parse_fin(records.fin(c.conn, b"".join(ids)))[1], 0, bad)  # as on_fin
         return bad
 
     # -- outputs ---------------------------------------------------------------------------
@@ -91,16 +91,16 @@ class Nouns:
             if rec[0] != records.DELIVER:
                 kept.append((dst, rec))
                 continue
-            _, to = records.CONN.unpack_from(rec)
+            to, data = records.parse_deliver(rec)
             assert dst == acceptor_slot(records.conn_acceptor(to))
             if conn is not None and to != conn:
                 kept.append((dst, rec))
                 continue
-            pos = records.CONN.size
-            while pos < len(rec):
-                size, kind, _, attempts, mid = FRAME.unpack_from(rec, pos)
+            pos = 0
+            while pos < len(data):
+                size, kind, _, attempts, mid = FRAME.unpack_from(data, pos)
                 assert kind == 2
-                out.append((mid, attempts, bytes(rec[pos + FRAME.size:pos + 4 + size])))
+                out.append((mid, attempts, bytes(data[pos + FRAME.size:pos + 4 + size])))
                 pos += 4 + size
         self.sent = kept
         return out
@@ -108,9 +108,9 @@ class Nouns:
     def timer(self) -> tuple[list[tuple[int, int]], list[int]]:
         """The ARMs (token, deadline) and DISARMs (token) sent to the timer, and empties them."""
         arms = [e for dst, rec in self.sent if dst == TIMER and rec[0] == records.ARM
-                for e in records.unpack_arm(rec)]
+                for e in records.parse_arm(rec)]
         disarms = [t for dst, rec in self.sent if dst == TIMER and rec[0] == records.DISARM
-                   for t in records.unpack_tokens(rec)]
+                   for t in records.parse_disarm(rec)]
         self.sent = [(dst, rec) for dst, rec in self.sent if dst != TIMER]
         return arms, disarms
 

@@ -32,7 +32,7 @@ def test_a_channel_handing_out_many_goes_to_the_back_of_the_pass(tmp_path, monke
     a = [nouns.consumer(busy, n, rdy=1) for n in range(4)]
     q = nouns.consumer(quiet, 9, rdy=1)
     nouns.run()
-    order = [records.CONN.unpack_from(rec)[1] for _, rec in nouns.sent if rec[0] == records.DELIVER]
+    order = [records.parse_deliver(rec)[0] for _, rec in nouns.sent if rec[0] == records.DELIVER]
     assert q.conn in order[:3] and len(order) == 5  # quiet's turn came before busy's last two
     assert sum(c.in_flight for c in a) == 4
     nouns.close()
@@ -74,9 +74,9 @@ def test_the_end_of_a_tick_sends_arms_and_disarms_in_chunks():
     deadlines.flush(lambda dst, rec: sent.append((dst, rec)))
     arms = [rec for dst, rec in sent if rec[0] == records.ARM]
     disarms = [rec for dst, rec in sent if rec[0] == records.DISARM]
-    assert all(dst == TIMER for dst, _ in sent) and [len(records.unpack_arm(r)) for r in arms] == [4, 4, 2]
-    assert [e for r in arms for e in records.unpack_arm(r)] == [(d.token, d.deadline) for d in entries]
-    assert [t for r in disarms for t in records.unpack_tokens(r)] == [d.token for d in entries]
+    assert all(dst == TIMER for dst, _ in sent) and [len(records.parse_arm(r)) for r in arms] == [4, 4, 2]
+    assert [e for r in arms for e in records.parse_arm(r)] == [(d.token, d.deadline) for d in entries]
+    assert [t for r in disarms for t in records.parse_disarm(r)] == [d.token for d in entries]
     assert entries[0].token >> 40 == 3  # tokens carry the incarnation
     sent.clear()
     deadlines.flush(lambda dst, rec: sent.append((dst, rec)))

@@ -32,7 +32,7 @@ def message(k: int) -> Message:
     return Message(f"{k:016x}".encode(), k, b"body", None, k)
 
 
-class Flight:  # stands in for router.channel.Flight: the map only compares identity
+class Flight:  # stands in for router.inflight.Flight: the map only compares identity
     def __init__(self, name: str) -> None:
         self.name = name
 
@@ -533,7 +533,8 @@ def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
     """fly's frames and land's ready entries hold a Message and an int: no cycle can
     pass through them, so the young collections never walk them."""
     held, f, out, ready = make("native"), Flight("f"), [], deque()
-    msgs = [message(k) for k in range(3)]
+    native_message = native_module("Message").Message  # the map's partner (also under NSQMP_PURE_PYTHON=1)
+    msgs = [native_message(f"{k:016x}".encode(), k, b"body", None, k) for k in range(3)]
     members: list = []
     held.fly(deque((m, 0) for m in msgs), 3, f, members, out)
     assert [a for _, a in out] == [1, 1, 1] and not any(gc.is_tracked(p) for p in out)
@@ -562,7 +563,7 @@ def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
     assert gc.is_tracked(out[0]) and gc.is_tracked(members)
     assert gc.is_tracked(held.alive(members, f))
     members = []
-    held.fly(deque([(message(10), 0)]), 1, f, members, [])
+    held.fly(deque([(native_message(b"%016x" % 10, 10, b"body", None, 10), 0)]), 1, f, members, [])
     assert not gc.is_tracked(members)
     held.fly(deque([(Loose(11), 0)]), 1, f, members, [])  # then anything else: tracked again
     assert gc.is_tracked(members)

@@ -67,9 +67,8 @@ def subscribe(router, topic: bytes, channel: bytes) -> None:
     barriers = router.endpoint.take(records.BARRIER)
     assert sorted(dst for dst, _ in barriers) == [0, 1] and not router.endpoint.take(records.SUB_OK)
     for dst, rec in barriers:
-        _, barrier = records.BARRIER_ID.unpack(rec)
-        router.on_record(dst, records.BARRIER_ID.pack(records.BARRIER_OK, barrier))
-    assert router.endpoint.take(records.SUB_OK) == [(1, records.CONN.pack(records.SUB_OK, CONN))]
+        router.on_record(dst, records.barrier_ok(records.parse_barrier(rec)))
+    assert router.endpoint.take(records.SUB_OK) == [(1, records.sub_ok(CONN))]
 
 
 def publish(router, topic: bytes, bodies: list[bytes]) -> list[bytes]:
@@ -82,20 +81,20 @@ def publish(router, topic: bytes, bodies: list[bytes]) -> list[bytes]:
 def test_sub_rdy_deliver_fin_gone(router):
     subscribe(router, b"t#ephemeral", b"c")
     ids = publish(router, b"t#ephemeral", [b"a", b"b", b"c"])
-    router.on_record(1, records.CONN_U32.pack(records.RDY, CONN, 2))
+    router.on_record(1, records.rdy(CONN, 2))
     tick(router)
     (deliver,) = router.endpoint.take(records.DELIVER)
-    assert deliver[0] == 1 and records.CONN.unpack_from(deliver[1])[1] == CONN
+    assert deliver[0] == 1 and records.parse_deliver(deliver[1])[0] == CONN
     assert ids[0] in deliver[1] and ids[1] in deliver[1] and ids[2] not in deliver[1]
     (arm,) = router.endpoint.take(records.ARM)
-    assert arm[0] == router.plan.timer_slot and len(records.unpack_arm(arm[1])) == 1
-    router.on_record(1, records.CONN.pack(records.FIN, CONN) + ids[0] + b"x" * 16)
+    assert arm[0] == router.plan.timer_slot and len(records.parse_arm(arm[1])) == 1
+    router.on_record(1, records.fin(CONN, ids[0] + b"x" * 16))
     (err,) = router.endpoint.take(records.CONN_ERR)
     assert err[1].endswith(b"E_FIN_FAILED FIN xxxxxxxxxxxxxxxx failed ID not in flight")
     ch = router.topics[b"t#ephemeral"].channels[b"c"]
     c = router.consumers[CONN]
     assert c.finish_count == 1 and c.in_flight == 1
-    router.on_record(1, records.CONN.pack(records.GONE, CONN))  # b comes back at once, first
+    router.on_record(1, records.gone(CONN))  # b comes back at once, first
     assert [(m.body, tries) for m, tries in ch.ready] == [(b"b", 1), (b"c", 0)]
     assert CONN not in router.consumers
 
@@ -103,35 +102,35 @@ def test_sub_rdy_deliver_fin_gone(router):
 def test_gone_requeues_in_flight_at_once_on_a_durable_channel(router):
     subscribe(router, b"t", b"c")
     publish(router, b"t", [b"a", b"b"])
-    router.on_record(1, records.CONN_U32.pack(records.RDY, CONN, 5))
+    router.on_record(1, records.rdy(CONN, 5))
     tick(router)
     ch = router.topics[b"t"].channels[b"c"]
     assert len(ch.in_flight) == 2 and not ch.ready
     router.endpoint.sent.clear()
-    router.on_record(1, records.CONN.pack(records.GONE, CONN))
+    router.on_record(1, records.gone(CONN))
     assert [(m.body, tries) for m, tries in ch.ready] == [(b"a", 1), (b"b", 1)]
     assert ch.requeue_count == 2 and not ch.consumers and not router.deadlines.tokens
     tick(router)
     (disarm,) = router.endpoint.take(records.DISARM)
-    assert len(records.unpack_tokens(disarm[1])) == 1
+    assert len(records.parse_disarm(disarm[1])) == 1
 
 
 def test_an_ephemeral_channel_goes_with_its_last_consumer(router):
     subscribe(router, b"t", b"c#ephemeral")
     topic = router.topics[b"t"]
     assert b"c#ephemeral" in topic.channels
-    router.on_record(1, records.CONN.pack(records.GONE, CONN))
+    router.on_record(1, records.gone(CONN))
     assert not topic.channels and b"t" in router.topics  # a durable topic stays
 
 
 def test_a_fire_record_requeues_the_flight_and_the_next_pass_redelivers(router):
     subscribe(router, b"t", b"c")
     publish(router, b"t", [b"a"])
-    router.on_record(1, records.CONN_U32.pack(records.RDY, CONN, 1))
+    router.on_record(1, records.rdy(CONN, 1))
     tick(router)
     router.endpoint.take(records.DELIVER)
     (token,) = router.consumers[CONN].flights
-    router.on_record(router.plan.timer_slot, records.tokens(records.FIRE, [token]))
+    router.on_record(router.plan.timer_slot, records.fire([token]))
     tick(router)
     (deliver,) = router.endpoint.take(records.DELIVER)
     ch = router.topics[b"t"].channels[b"c"]

@@ -110,12 +110,12 @@ def test_refuse_tells_the_acceptors_when_full_and_when_there_is_room_again(tmp_p
     topic = nouns.topic
     ch = topic.get_channel(b"c")
     ids = [i for n in range(6) for i in nouns.publish([b"x" * 1000])]
-    full = bytes((records.TOPIC_FULL, 1)) + b"t"
+    full = records.topic_full(b"t", True)
     assert topic.full and nouns.sent == [(-1, full)] and len(ch.ready) == 6
     nouns.sent.clear()
     c = nouns.consumer(ch, 1, rdy=6)
     nouns.run()
     nouns.frames()
     nouns.fin(c, ids[:4])  # the files of the first four go: under 90 % of the cap
-    assert not topic.full and (-1, bytes((records.TOPIC_FULL, 0)) + b"t") in nouns.sent
+    assert not topic.full and (-1, records.topic_full(b"t", False)) in nouns.sent
     nouns.close()

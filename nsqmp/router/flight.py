@@ -1,13 +1,17 @@
 """What a channel hands out and holds back: its consumers, their flights, its deferred slots.
 
-Plain data; the verbs that change them are the channel's (router/channel.py). The field
-names and Flight's argument order are read elsewhere: native/inflight.c reads a flight's
-`live` and `consumer` by name, and the delivery pass builds Flight(...) positionally.
+Plain data; the verbs that change them are the channel's (router/channel.py). Flight is
+the one router/inflight.py picks to go with the channel's InFlightMap: the native one
+(native/flight.h, whose struct native/inflight.c reads; the native map refuses any other
+flight) or, with NSQMP_PURE_PYTHON=1, its twin in router/pyinflight.py. Both take
+Flight(token, consumer, deadline, delivered, live=0, members=None).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from nsqmp.router.inflight import Flight  # the native map reads its struct
 
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
@@ -32,25 +36,6 @@ class Consumer:
     @property
     def credit(self) -> int:
         return 0 if self.closing else self.rdy - self.in_flight
-
-
-@dataclass(slots=True, eq=False)
-class Flight:
-    """The messages one delivery pass handed to one consumer: one deadline, one timer entry.
-
-    A message leaves its flight when it is finished, requeued or touched (a TOUCH gives it
-    a flight of its own); the timer entry is disarmed when the last one has left, and the
-    flight's messages still in it time out together when it fires. Which members are
-    still in it is the channel's InFlightMap's to say (each entry names its flight).
-    """
-    token: int
-    consumer: Consumer
-    deadline: int  # CLOCK_MONOTONIC ns
-    delivered: int  # CLOCK_MONOTONIC ns; TOUCH never moves a deadline past delivered + max-msg-timeout
-    live: int = 0  # members still in this flight
-    # what it went out with, flat: Message, attempts, Message, attempts, ... (the map's
-    # land/expire put them back in the queue from this; see native/inflight.c)
-    members: list = field(default_factory=list)
 
 
 # Deferred messages of a channel due within the same DEFER_SLOT_NS share one timer entry

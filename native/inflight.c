@@ -726,7 +726,7 @@ prefetch_message(PyObject *message)
 PREFETCH_HELPER
 prefetch_slot(const MapObject *self, PyObject *message)
 {
-    if (NSQMP_MESSAGE_CHECK(message))
+    if (NSQMP_MESSAGE_CHECK(message))  /* it runs ahead of the check where the message comes in */
         __builtin_prefetch(&self->cur.slots[id_hash(((nsqmp_Message *)message)->id) & (self->cur.cap - 1)]);
 }
 

@@ -2,9 +2,14 @@
  * inflight.c -- InFlightMap: a channel's messages in flight, by message id.
  * The pure-Python twin is nsqmp/router/pyinflight.py (same API, same results).
  *
- * Each entry is (message, attempts, flight): the Message delivered, the
- * attempts counted with this delivery, and the Flight (flight.h, or the
- * pure-Python twin's) it went out in.  A Python dict of per-message objects cost the router about
+ * Each entry is (message, attempts, flight): the Message delivered (message.h),
+ * the attempts counted with this delivery, and the Flight (flight.h) it went
+ * out in.  The map holds only those two native types and reads them from their
+ * structs, never an attribute by name: anything else (the pure-Python twins'
+ * Message and Flight included: they go with the twin map, as the router picks
+ * all native or all twin) is refused with TypeError where it comes in, so a
+ * renamed field is a compile error here, not a run-time one.  A Python dict
+ * of per-message objects cost the router about
  * 0.8 us a message at a million in flight (an object made, a dict insert, a
  * dict delete, each missing the cache); here the id is the key, stored in the
  * slot, and a delivery pass or a timed-out flight is one call.
@@ -93,16 +98,11 @@ static char moved_marker;
 #define MOVED ((PyObject *)&moved_marker)
 
 static PyTypeObject Map_Type;
-static PyObject *str_id;        /* "id" */
+/* Method names of the deque `ready` (looked up once per call, not per message):
+ * the only names this file looks up; no field of anything is read by name. */
 static PyObject *str_popleft;   /* "popleft" */
 static PyObject *str_append;    /* "append" */
 static PyObject *str_extend;    /* "extend" */
-/* Only for the pure-Python twins' Flight and Message (and test doubles): a
- * native Flight or Message is read from its struct (flight.h, message.h). */
-static PyObject *str_live;      /* "live" */
-static PyObject *str_consumer;  /* "consumer" */
-static PyObject *str_segment;   /* "segment" */
-static PyObject *str_offset;    /* "offset" */
 
 static uint32_t
 id_hash(const uint8_t *id)
@@ -124,6 +124,26 @@ id_bytes(PyObject *id)
     if (!PyBytes_Check(id) || PyBytes_GET_SIZE(id) != ID_LEN)
         return NULL;
     return (const uint8_t *)PyBytes_AS_STRING(id);
+}
+
+/* A Message or a Flight coming in: 0 if it is the native type (message.h,
+ * flight.h), else -1 with a TypeError naming what came instead. */
+static int
+check_message(PyObject *message)
+{
+    if (NSQMP_MESSAGE_CHECK(message))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "InFlightMap holds nsqmp._native.Message only, not %R", (PyObject *)Py_TYPE(message));
+    return -1;
+}
+
+static int
+check_flight(PyObject *flight)
+{
+    if (NSQMP_FLIGHT_CHECK(flight))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "InFlightMap holds nsqmp._native.Flight only, not %R", (PyObject *)Py_TYPE(flight));
+    return -1;
 }
 
 /* Backward-shift deletion (vacate, expired_remove): after a hole at `hole`, the
@@ -421,8 +441,8 @@ put(MapObject *self, const uint8_t *id, PyObject *message, uint32_t attempts, Py
     return 0;
 }
 
-/* message.id -> (message, attempts, flight); -1 with an exception (an id that is not
- * 16 bytes, attempts past 32 bits). */
+/* message.id -> (message, attempts, flight), flight checked by the caller; -1
+ * with an exception (message not a Message, attempts past 32 bits). */
 static int
 put_message(MapObject *self, PyObject *message, unsigned long attempts, PyObject *flight)
 {
@@ -430,19 +450,9 @@ put_message(MapObject *self, PyObject *message, unsigned long attempts, PyObject
         PyErr_SetString(PyExc_OverflowError, "attempts does not fit in 32 bits");
         return -1;
     }
-    if (NSQMP_MESSAGE_CHECK(message))  /* the router's own: its id is in the struct */
-        return put(self, ((nsqmp_Message *)message)->id, message, (uint32_t)attempts, flight);
-    PyObject *key = PyObject_GetAttr(message, str_id);
-    if (key == NULL)
+    if (check_message(message) < 0)
         return -1;
-    const uint8_t *id = id_bytes(key);
-    int rc = -1;
-    if (id == NULL)
-        PyErr_SetString(PyExc_ValueError, "a message id must be 16 bytes");
-    else
-        rc = put(self, id, message, (uint32_t)attempts, flight);
-    Py_DECREF(key);
-    return rc;
+    return put(self, ((nsqmp_Message *)message)->id, message, (uint32_t)attempts, flight);
 }
 
 static PyObject *
@@ -604,7 +614,7 @@ Map_put(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     unsigned long attempts = PyLong_AsUnsignedLong(args[1]);
     if (attempts == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
-    if (put_message(self, args[0], attempts, args[2]) < 0)
+    if (check_flight(args[2]) < 0 || put_message(self, args[0], attempts, args[2]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -641,6 +651,8 @@ Map_move(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "move() takes exactly 2 arguments");
         return NULL;
     }
+    if (check_flight(args[1]) < 0)
+        return NULL;
     const uint8_t *id = id_bytes(args[0]);
     slot_t *s = id == NULL ? NULL : find_live(self, id, id_hash(id));
     if (s == NULL) {
@@ -714,7 +726,7 @@ prefetch_message(PyObject *message)
 PREFETCH_HELPER
 prefetch_slot(const MapObject *self, PyObject *message)
 {
-    if (NSQMP_MESSAGE_CHECK(message))
+    if (NSQMP_MESSAGE_CHECK(message))  /* it runs ahead of the check where the message comes in */
         __builtin_prefetch(&self->cur.slots[id_hash(((nsqmp_Message *)message)->id) & (self->cur.cap - 1)]);
 }
 
@@ -781,7 +793,7 @@ Map_fly(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyLong_AsSsize_t(args[1]);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    if (check_members(members) < 0)
+    if (check_members(members) < 0 || check_flight(flight) < 0)
         return NULL;
     if (!PyList_Check(out)) {
         PyErr_SetString(PyExc_TypeError, "out must be a list");
@@ -795,7 +807,8 @@ Map_fly(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* entries are popped CHUNK at a time, so that the loop can look ahead */
     PyObject *chunk[CHUNK];
     Py_ssize_t took = 0, got = 0, i = 0;
-    /* untracked, or empty: it holds only Messages and ints so far */
+    /* untracked, or empty: it holds only Messages and ints so far (and fly adds
+     * nothing else: an entry whose message is not a Message is refused) */
     int clean = !PyObject_GC_IsTracked(members) || PyList_GET_SIZE(members) == 0;
     while (took < n) {
         got = i = 0;
@@ -814,8 +827,6 @@ Map_fly(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
                 prefetch_message(ahead);
             if (i + AHEAD_SLOT < got && (ahead = entry_message(chunk[i + AHEAD_SLOT])) != NULL)
                 prefetch_slot(self, ahead);
-            PyObject *message = entry_message(chunk[i]);
-            clean &= message != NULL && NSQMP_MESSAGE_CHECK(message);
             int rc = fly_one(self, chunk[i], flight, members, out);
             Py_DECREF(chunk[i]);
             if (rc < 0) {
@@ -848,23 +859,15 @@ fail:
     return NULL;
 }
 
-/* The slot holding this very message (stale or not); NULL otherwise (and on
- * error, with an exception set: check PyErr_Occurred). */
+/* The slot holding this very message (stale or not); NULL otherwise (and, with
+ * a TypeError set, if it is not a Message: check PyErr_Occurred). */
 static slot_t *
 message_slot(MapObject *self, PyObject *message)
 {
-    slot_t *s;
-    if (NSQMP_MESSAGE_CHECK(message)) {
-        const uint8_t *id = ((nsqmp_Message *)message)->id;
-        s = find(self, id, id_hash(id));
-    } else {
-        PyObject *key = PyObject_GetAttr(message, str_id);
-        if (key == NULL)
-            return NULL;
-        const uint8_t *id = id_bytes(key);
-        s = id == NULL ? NULL : find(self, id, id_hash(id));
-        Py_DECREF(key);
-    }
+    if (check_message(message) < 0)
+        return NULL;
+    const uint8_t *id = ((nsqmp_Message *)message)->id;
+    slot_t *s = find(self, id, id_hash(id));
     return s != NULL && s->message == message ? s : NULL;
 }
 
@@ -893,7 +896,7 @@ Map_land(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *members = args[0], *flight = args[1], *ready = args[2];
-    if (check_members(members) < 0)
+    if (check_members(members) < 0 || check_flight(flight) < 0)
         return NULL;
     if (expired_find(self, flight) != NULL)  /* its members are in the queue already */
         return PyLong_FromLong(0);
@@ -954,7 +957,7 @@ Map_expire(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *members = args[0], *flight = args[1], *ready = args[2];
-    if (check_members(members) < 0)
+    if (check_members(members) < 0 || check_flight(flight) < 0)
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(members) / 2;
     if (n == 0 || expired_find(self, flight) != NULL)
@@ -966,17 +969,20 @@ Map_expire(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         prefetch_ahead(self, members, 2 * k, 0);
         PyObject *message = PyList_GET_ITEM(members, 2 * k);
         PyObject *attempts = PyList_GET_ITEM(members, 2 * k + 1);
+        if (check_message(message) < 0) {  /* before expired_add: the map stays as it was */
+            Py_DECREF(entries);  /* its unset items are NULL: skipped */
+            return NULL;
+        }
         PyObject *pair = PyLong_CheckExact(attempts) ? PyTuple_New(2) : NULL;
         if (pair == NULL) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "members must be a list of message, attempts, ...");
-            Py_DECREF(entries);  /* its unset items are NULL: skipped */
+            Py_DECREF(entries);
             return NULL;
         }
         PyTuple_SET_ITEM(pair, 0, Py_NewRef(message));
         PyTuple_SET_ITEM(pair, 1, Py_NewRef(attempts));
-        if (NSQMP_MESSAGE_CHECK(message))  /* as nsqmp_message_pair: in no cycle */
-            PyObject_GC_UnTrack(pair);
+        PyObject_GC_UnTrack(pair);  /* a Message and an int, as nsqmp_message_pair: in no cycle */
         PyList_SET_ITEM(entries, k, pair);
     }
     if (expired_add(self, flight, (size_t)n) < 0) {
@@ -1044,7 +1050,7 @@ Map_alive(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *members = args[0], *flight = args[1];
-    if (check_members(members) < 0)
+    if (check_members(members) < 0 || check_flight(flight) < 0)
         return NULL;
     PyObject *result = PyList_New(0);
     if (result == NULL || expired_find(self, flight) != NULL)
@@ -1053,7 +1059,7 @@ Map_alive(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(members); i += 2) {
         PyObject *message = PyList_GET_ITEM(members, i);
         PyObject *attempts = PyList_GET_ITEM(members, i + 1);
-        clean &= NSQMP_MESSAGE_CHECK(message) && PyLong_CheckExact(attempts);
+        clean &= PyLong_CheckExact(attempts);  /* message: a Message, or member_slot refuses it */
         Py_INCREF(message);
         Py_INCREF(attempts);
         slot_t *s = member_slot(self, message, flight);
@@ -1081,53 +1087,23 @@ PyDoc_STRVAR(finish_doc,
 "as [segment, [offset, ...]] for each run of consecutive messages of one\n"
 "segment (messages without a segment left out).");
 
-/* Writes a flight's live count less `left`; appends it to emptied at 0. */
+/* Writes a flight's live count less `left` (its struct: every flight in the
+ * map is a Flight); appends it to emptied at 0. */
 static int
 settle_flight(PyObject *flight, Py_ssize_t left, PyObject *emptied)
 {
-    Py_ssize_t n;
-    if (NSQMP_FLIGHT_CHECK(flight)) {
-        n = ((nsqmp_Flight *)flight)->live;
-        ((nsqmp_Flight *)flight)->live = n - left;
-    } else {  /* the twin's Flight */
-        PyObject *live = PyObject_GetAttr(flight, str_live);
-        if (live == NULL)
-            return -1;
-        n = PyLong_AsSsize_t(live);
-        Py_DECREF(live);
-        if (n == -1 && PyErr_Occurred())
-            return -1;
-        PyObject *now = PyLong_FromSsize_t(n - left);
-        if (now == NULL)
-            return -1;
-        int rc = PyObject_SetAttr(flight, str_live, now);
-        Py_DECREF(now);
-        if (rc < 0)
-            return -1;
-    }
-    return n - left == 0 ? PyList_Append(emptied, flight) : 0;
+    nsqmp_Flight *f = (nsqmp_Flight *)flight;
+    f->live -= left;
+    return f->live == 0 ? PyList_Append(emptied, flight) : 0;
 }
 
-/* flight's consumer, borrowed (its struct's) or as a new reference (*owned set:
- * the twin's Flight); NULL with an exception. */
-static PyObject *
-flight_consumer(PyObject *flight, PyObject **owned)
-{
-    *owned = NULL;
-    if (NSQMP_FLIGHT_CHECK(flight))
-        return ((nsqmp_Flight *)flight)->consumer;
-    return *owned = PyObject_GetAttr(flight, str_consumer);
-}
-
-/* Adds a finished message's (segment, offset) to runs. */
+/* Adds a finished message's (segment, offset) to runs (its struct: every
+ * message in the map is a Message). */
 static int
 add_ack(PyObject *runs, PyObject *message, PyObject **run_segment, PyObject **run_offsets)
 {
-    int native = NSQMP_MESSAGE_CHECK(message);
-    PyObject *segment = native ? Py_NewRef(((nsqmp_Message *)message)->segment)
-                               : PyObject_GetAttr(message, str_segment);
-    if (segment == NULL)
-        return -1;
+    const nsqmp_Message *m = (const nsqmp_Message *)message;
+    PyObject *segment = Py_NewRef(m->segment);
     if (segment == Py_None) {
         Py_DECREF(segment);
         return 0;
@@ -1151,8 +1127,7 @@ add_ack(PyObject *runs, PyObject *message, PyObject **run_segment, PyObject **ru
     } else {
         Py_DECREF(segment);
     }
-    PyObject *offset = native ? PyLong_FromLongLong(((nsqmp_Message *)message)->offset)
-                              : PyObject_GetAttr(message, str_offset);
+    PyObject *offset = PyLong_FromLongLong(m->offset);
     if (offset == NULL)
         return -1;
     int rc = PyList_Append(*run_offsets, offset);
@@ -1199,13 +1174,8 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         slot_t *s = find(self, id, id_hash(id));
         if (s != NULL && s->flight != checked && is_stale(self, s))
             s = NULL;  /* timed out: in the queue, not in flight */
-        if (s != NULL && s->flight != checked) {
-            PyObject *owned, *owner = flight_consumer(s->flight, &owned);
-            if (owner == NULL)
-                goto done;
-            Py_XDECREF(owned);  /* compared only */
-            checked = owner == consumer ? s->flight : NULL;
-        }
+        if (s != NULL && s->flight != checked)  /* its consumer, compared only */
+            checked = ((nsqmp_Flight *)s->flight)->consumer == consumer ? s->flight : NULL;
         if (s == NULL || s->flight != checked) {
             PyObject *raw = PyBytes_FromStringAndSize((const char *)id, ID_LEN);
             int rc = raw == NULL ? -1 : PyList_Append(bad, raw);
@@ -1316,7 +1286,9 @@ static PySequenceMethods Map_as_sequence = {
 
 PyDoc_STRVAR(Map_doc,
 "InFlightMap()\n--\n\n"
-"A channel's messages in flight: message id -> (message, attempts, flight).");
+"A channel's messages in flight: message id -> (message, attempts, flight).\n"
+"It holds nsqmp._native Message and Flight objects only (read from their\n"
+"structs): any other message or flight handed to it raises TypeError.");
 
 static PyTypeObject Map_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1336,17 +1308,11 @@ static PyTypeObject Map_Type = {
 int
 nsqmp_inflight_add(PyObject *module)
 {
-    if (str_id == NULL) {
-        str_id = PyUnicode_InternFromString("id");
+    if (str_popleft == NULL) {
         str_popleft = PyUnicode_InternFromString("popleft");
         str_append = PyUnicode_InternFromString("append");
         str_extend = PyUnicode_InternFromString("extend");
-        str_live = PyUnicode_InternFromString("live");
-        str_consumer = PyUnicode_InternFromString("consumer");
-        str_segment = PyUnicode_InternFromString("segment");
-        str_offset = PyUnicode_InternFromString("offset");
-        if (str_id == NULL || str_popleft == NULL || str_append == NULL || str_extend == NULL || str_live == NULL
-            || str_consumer == NULL || str_segment == NULL || str_offset == NULL)
+        if (str_popleft == NULL || str_append == NULL || str_extend == NULL)
             return -1;
     }
     if (PyType_Ready(&Map_Type) < 0 || PyType_Ready(&nsqmp_Flight_Type) < 0)

@@ -15,7 +15,8 @@ What a channel does with each message it delivers, in the router's own calls:
 The map is first filled to ``--inflight`` messages in flights of ``--batch``, in random
 order (as the timer's bursts find them); then ``--rounds`` rounds each take the oldest
 flight, finish it, land it or expire it (in turn), and fly ``--batch`` messages again, so
-the map stays at its size. Garbage collection is set as in the router (young
+the map stays at its size. Each map holds its own kind of Message (from the module's
+``read_messages``) and Flight, as the router pairs them. Garbage collection is set as in the router (young
 generations only, what was built before frozen). Reported in ns per message (wall time,
 ``time.perf_counter``); CPU-bound and single-threaded. Prints a table, or one JSON line
 with ``--json``.
@@ -38,28 +39,22 @@ from nsqmp.router import pyinflight, pyreadback
 SIZE = 200
 
 
-class _Flight:
-    __slots__ = ("consumer", "live", "members")
-
-    def __init__(self, consumer: object) -> None:
-        self.consumer = consumer
-        self.live = 0
-        self.members: list = []
-
-
-def _impls() -> dict[str, tuple[Any, Any]]:
-    """name -> (InFlightMap class, module with read_messages and pack_frames)."""
-    impls: dict[str, tuple[Any, Any]] = {}
+def _impls() -> dict[str, tuple[Any, Any, Any]]:
+    """name -> (InFlightMap class, module with read_messages and pack_frames, Flight class):
+    the native map holds only the native Message and Flight."""
+    impls: dict[str, tuple[Any, Any, Any]] = {}
     try:
         from nsqmp import _native
-        impls["native"] = (_native.InFlightMap, _native)
+        impls["native"] = (_native.InFlightMap, _native, _native.Flight)
     except ImportError:
         pass
-    impls["python"] = (pyinflight.InFlightMap, pyreadback)
+    impls["python"] = (pyinflight.InFlightMap, pyreadback, pyinflight.Flight)
     return impls
 
 
-def run_one(map_cls: Any, mod: Any, inflight: int, batch: int, rounds: int, seed: int = 1) -> dict:
+def run_one(map_cls: Any, mod: Any, flight_cls: Any, inflight: int, batch: int, rounds: int,
+            seed: int = 1) -> dict:
+    """One implementation's figures (ns per message per operation), and the map's size after."""
     rng = random.Random(seed)
     ids = [b"%016x" % rng.getrandbits(64) for _ in range(inflight)]
     blob = encode([struct.pack(">QH16s", 1, 0, i) + bytes(SIZE) for i in ids])
@@ -80,7 +75,7 @@ def run_one(map_cls: Any, mod: Any, inflight: int, batch: int, rounds: int, seed
     flights: deque = deque()
     del entries
     while ready:
-        f = _Flight(consumer)
+        f = flight_cls(0, consumer, 0, 0)
         f.live = held.fly(ready, batch, f, f.members, [])
         flights.append(f)
     gc.collect()
@@ -105,7 +100,7 @@ def run_one(map_cls: Any, mod: Any, inflight: int, batch: int, rounds: int, seed
                 started = time.perf_counter()
                 n[how] += getattr(held, how)(f.members, f, ready)
                 t[how] += time.perf_counter() - started
-            g = _Flight(consumer)
+            g = flight_cls(r + 1, consumer, 0, 0)
             out: list = []
             started = time.perf_counter()
             g.live = held.fly(ready, batch, g, g.members, out)
@@ -131,8 +126,8 @@ def run_one(map_cls: Any, mod: Any, inflight: int, batch: int, rounds: int, seed
 def run(inflight: int, batch: int, rounds: int) -> dict:
     out: dict[str, Any] = {"inflight": inflight, "batch": batch, "rounds": rounds, "size": SIZE,
                            "ns_per_message": {}}
-    for name, (map_cls, mod) in _impls().items():
-        out["ns_per_message"][name] = run_one(map_cls, mod, inflight, batch, rounds)
+    for name, (map_cls, mod, flight_cls) in _impls().items():
+        out["ns_per_message"][name] = run_one(map_cls, mod, flight_cls, inflight, batch, rounds)
         gc.collect()
     return out
 

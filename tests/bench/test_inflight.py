@@ -28,8 +28,8 @@ def test_bench_inflight_keeps_the_map_at_its_size():
     """Each round finishes, lands or expires one flight and flies as many again: every
     message of the run is accounted for (a map that lost or duplicated entries would show
     here)."""
-    for map_cls, mod in inflightbench._impls().values():
-        row = inflightbench.run_one(map_cls, mod, inflight=500, batch=50, rounds=4)
+    for map_cls, mod, flight_cls in inflightbench._impls().values():
+        row = inflightbench.run_one(map_cls, mod, flight_cls, inflight=500, batch=50, rounds=4)
         assert row["held_after"] == 500 and row["stale_after"] == 0
         assert None not in (row["finish"], row["land"], row["expire"])
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsqmp.router import flight as router_flight
+from nsqmp.router import channel as router_channel, delivery as router_delivery
 from nsqmp.router import inflight as chooser
 from nsqmp.router import pyinflight, pyreadback, readback
 from tests.harness import native_module
@@ -461,7 +461,7 @@ def test_the_chooser_picks_native_unless_told_otherwise():
 def test_the_router_pairs_each_map_with_its_own_message_and_flight():
     """All native or all twin: the native map refuses the twin's objects."""
     assert readback.NATIVE == chooser.NATIVE
-    assert router_flight.Flight is chooser.Flight
+    assert router_channel.Flight is router_delivery.Flight is chooser.Flight  # what the router makes flights of
     name = "native" if chooser.NATIVE else "python"
     assert (chooser.InFlightMap, readback.Message, chooser.Flight) == (kit(name).map, kit(name).message,
                                                                        kit(name).flight)

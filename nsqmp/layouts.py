@@ -6,14 +6,9 @@ module declares the same names for the Python side (a size where C has a number,
 ours, so every package may use it. ``tests/test_layouts.py`` holds each value here equal
 to ``nsqmp._native.layouts`` (the header's constants, exported by ``native/layouts.c``).
 
-In short (drawn in full in native/layouts.h)::
-
-    segment file   | magic 'NQSG' | version u16 = 1 | acceptor u16 | seq u32 | zero to 64 | records ...
-    segment record | length u32 LE, bit 31 DEFER | crc32c u32 LE | [due i64 LE] | message header | body |
-    message header | timestamp i64 BE | attempts u16 BE | id 16 ASCII hex |        (26 bytes)
-    frame          | size i32 BE = 4 + len(data) | type i32 BE | data |           (type 0, 1, 2)
-    span           | offset in src u32 LE | size u32 LE |                           (an MPUB's bodies)
-    ack log entry  | channel id u16 | acceptor u16 | seq u32 | offset u64 |      (LE, 16 bytes)
+The layouts it declares: the segment file header and records (with the DEFER bit and
+the due time), the NSQ message header, the frame head, an MPUB's spans and an ack log
+entry; each is drawn once, in native/layouts.h.
 
 The ring's layout is drawn in ``native/ring.h`` and declared for Python in
 :mod:`nsqmp.ipc.pyring`; the ring records' in :mod:`nsqmp.ipc.records`.

@@ -10,6 +10,7 @@ import asyncio
 import ctypes
 import logging
 import signal
+from collections.abc import Callable
 
 import setproctitle
 import uvloop
@@ -34,7 +35,8 @@ def die_with_parent() -> None:
 
 
 class Role:
-    """Base of acceptor, router and timer: subclasses fill in setup(), on_record(), stop()."""
+    """Base of acceptor, router and timer: subclasses fill in setup(), stop(), and the
+    record kind -> handler table `handlers` that on_record() dispatches through."""
 
     title = "nsqmp role"
     # the time slice this role asks the kernel for (nsqmp/sched.py); 0 keeps the default
@@ -53,6 +55,7 @@ class Role:
         self.endpoint: Endpoint
         self.control: ControlBlock
         self._stopping = False
+        self.handlers: dict[int, Callable[[int, bytes], None]] = {}
 
     def run(self) -> int:
         import os
@@ -109,8 +112,13 @@ class Role:
     def started(self) -> None:
         """Runs once the role is attached and announced (say hello to peers here)."""
 
-    def on_record(self, src: int, record: bytes) -> None:
-        raise NotImplementedError
+    def on_record(self, src: int, rec: bytes) -> None:
+        """One ring record from slot src, to its kind's handler (self.handlers)."""
+        handler = self.handlers.get(rec[0])
+        if handler is None:
+            self.log.error("unexpected record kind %d from slot %d", rec[0], src)
+            return
+        handler(src, rec)
 
     def poll_rings(self) -> bool:
         """True while records may wait a millisecond (see attach_to_loop's poll_while)."""

@@ -264,14 +264,6 @@ class Acceptor(Role):
         otherwise wait for every publish of the tick (mixed workload: "out" about 1.2x)."""
         self.endpoint.drain(self.on_record)
 
-    def on_record(self, src: int, rec: bytes) -> None:
-        """One ring record from slot src, to its kind's handler (self.handlers)."""
-        handler = self.handlers.get(rec[0])
-        if handler is None:
-            self.log.error("unexpected record kind %d from slot %d", rec[0], src)
-            return
-        handler(src, rec)
-
     def on_deliver(self, src: int, rec: bytes) -> None:
         """DELIVER: message frames for a connection, written as they are."""
         conn, frames = records.parse_deliver(rec)

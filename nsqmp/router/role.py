@@ -132,14 +132,6 @@ class Router(Role):
         self.lookup.live = True
         self.lookup.send_state()
 
-    def on_record(self, src: int, rec: bytes) -> None:
-        """One ring record from slot src, to its kind's handler."""
-        handler = self.handlers.get(rec[0])
-        if handler is None:
-            self.log.error("unexpected record kind %d from slot %d", rec[0], src)
-            return
-        handler(src, rec)
-
     def end_tick(self) -> None:
         """What a tick queued goes out: ARMs and DISARMs to the timer, acks to the files.
         Runs after each delivery pass (Delivery.tick)."""

@@ -42,17 +42,20 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05,
     (TimeoutError naming `what`, or what `what()` says then): how a test waits for the
     broker instead of sleeping."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(_timed_out(what))
+    while (value := _poll(predicate, deadline, what)) is None:
         time.sleep(interval)
+    return value
 
 
-def _timed_out(what: str | Callable[[], str]) -> str:
-    return f"timed out waiting for {what() if callable(what) else what}"
+def _poll(predicate, deadline: float, what: str | Callable[[], str]):
+    """One poll of wait_for/await_for: the predicate's true value, None to poll again,
+    or TimeoutError once the deadline has passed."""
+    value = predicate()
+    if value:
+        return value
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"timed out waiting for {what() if callable(what) else what}")
+    return None
 
 
 async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05,
@@ -60,13 +63,9 @@ async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05,
     """wait_for inside an event loop: the loop (and the clients on it) runs between the
     polls of `predicate`, a plain function."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(_timed_out(what))
+    while (value := _poll(predicate, deadline, what)) is None:
         await asyncio.sleep(interval)
+    return value
 
 
 def nothing_within(c: Connection, seconds: float) -> None:

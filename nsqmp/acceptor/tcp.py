@@ -188,7 +188,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """The client does not read what it is sent; it is still read (nsqmp.acceptor.flow
-        says why): only the state is kept, for /stats and the tests."""
+        says why): only the state is kept (the tests read it)."""
         self.write_paused = True
 
     def resume_writing(self) -> None:

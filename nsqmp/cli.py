@@ -185,22 +185,31 @@ def cmd_lookupd(argv: list[str]) -> int:
     return run_lookupd(argv)
 
 
-COMMANDS = {"serve": cmd_serve, "nsqd": cmd_nsqd, "check-config": cmd_check_config, "bench": cmd_bench,
-            "lookupd": cmd_lookupd}
+#: every `nsqmp` command: name -> (function, one-line description for `nsqmp --help`)
+COMMANDS: dict[str, tuple] = {
+    "serve": (cmd_serve, "run the broker (see `nsqmp serve --help`)"),
+    "nsqd": (cmd_nsqd, "run the broker with nsqd's command line (also: nsqmp-nsqd)"),
+    "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
+    "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
+    "bench": (cmd_bench, "writer/reader load generators; ring, heap and parser benchmarks"),
+}
+
+
+def usage() -> str:
+    """`nsqmp --help`: every command with its one-line description."""
+    width = max(map(len, COMMANDS)) + 3
+    lines = [f"usage: nsqmp {{{','.join(COMMANDS)}}} ...", ""]
+    lines += [f"  {name:<{width}}{text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: nsqmp {serve,check-config,bench} ...\n\n"
-              "  serve          run the broker (see `nsqmp serve --help`)\n"
-              "  nsqd           run the broker with nsqd's command line (also: nsqmp-nsqd)\n"
-              "  lookupd        run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)\n"
-              "  check-config   validate a TOML config file and print the resolved options\n"
-              "  bench          writer/reader load generators; ring, heap and parser benchmarks",
-              file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:])
+        asked = bool(argv) and argv[0] in ("-h", "--help")
+        print(usage(), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    return COMMANDS[argv[0]][0](argv[1:])
 
 
 if __name__ == "__main__":

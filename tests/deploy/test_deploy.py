@@ -295,10 +295,11 @@ def test_dockerfile_runtime_contract():
     entry = [rest for ins, rest in runtime if ins == "ENTRYPOINT"]
     assert len(entry) == 1
     argv = json.loads(entry[0])  # exec form: the supervisor is PID 1 and gets SIGTERM
-    assert argv[:2] == ["nsqmp", "serve"]
-    flags = dict(zip(argv[2::2], argv[3::2], strict=True))
-    assert flags == {"--tcp-address": "0.0.0.0:4150", "--http-address": "0.0.0.0:4151",
-                     "--data-path": "/data"}
+    assert argv == ["nsqmp", "serve"]
+    # the addresses are environment variables, which the HEALTHCHECK resolves too
+    env = dict(kv.split("=", 1) for ins, rest in runtime if ins == "ENV" for kv in shlex.split(rest))
+    assert {k: v for k, v in env.items() if k.startswith("NSQMP_")} == {
+        "NSQMP_TCP_ADDRESS": "0.0.0.0:4150", "NSQMP_HTTP_ADDRESS": "0.0.0.0:4151", "NSQMP_DATA_PATH": "/data"}
 
 
 def test_dockerfile_adds_nothing_from_urls():

@@ -185,12 +185,20 @@ def cmd_lookupd(argv: list[str]) -> int:
     return run_lookupd(argv)
 
 
+def cmd_health(argv: list[str]) -> int:
+    """`nsqmp health`: python -m nsqmp.health (the container's HEALTHCHECK)."""
+    from nsqmp.health import main as health
+
+    return health(argv)
+
+
 #: every `nsqmp` command: name -> (function, one-line description for `nsqmp --help`)
 COMMANDS: dict[str, tuple] = {
     "serve": (cmd_serve, "run the broker (see `nsqmp serve --help`)"),
     "nsqd": (cmd_nsqd, "run the broker with nsqd's command line (also: nsqmp-nsqd)"),
     "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
+    "health": (cmd_health, "exit 0 if the broker these options configure answers /ping (the image's HEALTHCHECK)"),
     "bench": (cmd_bench, "writer/reader load generators; ring, heap and parser benchmarks"),
 }
 

@@ -66,3 +66,9 @@ def test_unhealthy_when_nothing_answers_and_config_errors_are_2():
 ])
 def test_all_interfaces_are_probed_on_loopback(address, url):
     assert probe_target(load(["--http-address", address], environ={})) == ("http", url)
+
+
+def test_nsqmp_health_is_the_same_command(broker):
+    proc = subprocess.run([sys.executable, "-m", "nsqmp", "health", "--http-address", f"127.0.0.1:{broker.http_port}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.endswith(": OK\n"), proc

@@ -34,6 +34,9 @@ TOPIC, CHANNEL = "deploy", "c"
 # pip's configuration files, as `pip config list -v` names them for root
 PIP_CONFIGS = ["/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.pip/pip.conf", "~/.config/pip/pip.conf"]
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# tools/containers.md's run options: crun cannot raise rlimits above the host's hard limits
+# here, and podman's default nofile is above them: runc with limits it can set
+RUN_OPTS = ["--runtime", "runc", "--network", "host", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 
 
 def _run(*argv: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -148,9 +151,7 @@ def test_the_image_serves_stops_gracefully_and_keeps_what_it_acknowledged(image)
     volume = f"{name}-data"
     _run("podman", "volume", "create", volume)
     try:
-        # the runtime options of tools/containers.md: crun cannot raise rlimits here
-        _run("podman", "run", "-d", "--name", name, "--runtime", "runc", "--network", "host",
-             "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "--shm-size=256m",
+        _run("podman", "run", "-d", "--name", name, *RUN_OPTS, "--shm-size=256m",
              "-e", f"NSQMP_TCP_ADDRESS=127.0.0.1:{tcp_port}", "-e", f"NSQMP_HTTP_ADDRESS=127.0.0.1:{http_port}",
              "-v", f"{volume}:/data", image, "--acceptors", "2")
         _wait_ready(name, http_port)
@@ -195,3 +196,15 @@ def test_the_image_serves_stops_gracefully_and_keeps_what_it_acknowledged(image)
     finally:
         _run("podman", "rm", "-f", "-t", "0", name, check=False)
         _run("podman", "volume", "rm", "-f", volume, check=False)
+
+
+def test_too_small_a_dev_shm_stops_start_up_with_one_line(image):
+    """What the Dockerfile's --shm-size comment promises: no SIGBUS later, a refusal now."""
+    tcp_port, http_port = _free_ports(2)
+    proc = _run("podman", "run", "--rm", *RUN_OPTS, "--shm-size=64m",
+                "-e", f"NSQMP_TCP_ADDRESS=127.0.0.1:{tcp_port}", "-e", f"NSQMP_HTTP_ADDRESS=127.0.0.1:{http_port}",
+                image, "--acceptors", "2", check=False, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "/dev/shm has 64 MiB free but the rings need 97 MiB (12 rings of 8 MiB): enlarge it (docker run --shm-size)" \
+        in out, out

@@ -4,6 +4,7 @@ file) and exits 0 when /ping answers, 1 when nothing does, 2 on a configuration 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -49,6 +50,20 @@ def test_healthy_on_the_address_from_the_environment_flags_or_file(broker, tmp_p
 def test_http_disabled_probes_the_tcp_port(broker):
     ok = _health("--http-address", "", "--tcp-address", f"127.0.0.1:{broker.tcp_port}")
     assert ok.returncode == 0 and "accepts connections" in ok.stdout, ok
+
+
+def test_http_disabled_and_tls_configured_probes_https(tmp_path):
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
+                    "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True, timeout=60)
+    tls = ["--tls-cert", str(crt), "--tls-key", str(key)]
+    b = Broker(tmp_path / "data", "--acceptors", "1", *tls).start()
+    try:
+        port = re.search(r"HTTPS: listening on [\d.]+:(\d+)", b.log_text()).group(1)
+        ok = _health("--http-address", "", "--https-address", f"127.0.0.1:{port}", *tls)
+        assert ok.returncode == 0 and ok.stdout.strip() == f"nsqmp health: https://127.0.0.1:{port}/ping: OK", ok
+    finally:
+        assert b.stop() == 0, b.log_text()
 
 
 def test_unhealthy_when_nothing_answers_and_config_errors_are_2():

@@ -81,6 +81,28 @@ def test_the_runtime_install_has_the_commands_and_none_of_the_extras(lean_venv):
     assert version.stdout.startswith("nsqd v") and "nsqmp 0." in version.stdout, version.stdout
 
 
+# every module imports with the runtime dependencies alone, except the Spark connector's
+SWEEP = """
+import importlib, pkgutil, sys, nsqmp
+failed = {}
+for m in pkgutil.walk_packages(nsqmp.__path__, "nsqmp."):
+    if m.name.startswith("nsqmp.spark.") or m.name.endswith(".__main__"):
+        continue
+    try:
+        importlib.import_module(m.name)
+    except Exception as exc:
+        failed[m.name] = repr(exc)
+print(failed)
+"""
+
+
+def test_every_module_but_sparks_imports_from_the_runtime_install(lean_venv):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(lean_venv / "bin" / "python"), "-c", SWEEP], env=env, cwd=lean_venv,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "{}", proc.stdout + proc.stderr
+
+
 def test_the_runtime_install_runs_the_broker_and_lookupd(lean_venv, tmp_path, monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)  # the daemons import the venv's nsqmp only
     bin_dir = lean_venv / "bin"

@@ -26,7 +26,7 @@ import pytest
 
 from nsqmp.client import Connection, wire
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a cold run debootstraps the base image (~2 min here)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/nsqmp:test"
@@ -74,12 +74,12 @@ def image() -> str:
         pytest.fail("the container test runs as root (podman's root storage, debootstrap): run the suite as root")
     missing = [t for t in ("podman", "buildah", "debootstrap", "runc") if shutil.which(t) is None]
     assert not missing, f"install Debian's {' '.join(missing)} (`make test` does, as root)"
-    _run("sh", str(ROOT / "deploy" / "base-image.sh"), timeout=420)
+    _run("sh", str(ROOT / "deploy" / "base-image.sh"), timeout=330)
     previous = _run("podman", "image", "inspect", IMAGE, "--format", "{{.Id}}", check=False).stdout.strip()
     # --layers=false: buildah 1.28 cannot bind-mount from a builder stage it took from its
     # cache ("couldn't find .../merged/wheels"), and no 580 MB of builder layers stay behind
     _run("podman", "build", "--format", "docker", "--isolation", "chroot", "--network", "host", "--pull=never",
-         "--layers=false", *_pip_mounts(), "-f", str(ROOT / "deploy" / "Dockerfile"), "-t", IMAGE, str(ROOT), timeout=420)
+         "--layers=false", *_pip_mounts(), "-f", str(ROOT / "deploy" / "Dockerfile"), "-t", IMAGE, str(ROOT), timeout=210)
     if previous and previous != _run("podman", "image", "inspect", IMAGE, "--format", "{{.Id}}").stdout.strip():
         _run("podman", "rmi", previous, check=False)  # the last run's image, untagged by this one
     return IMAGE

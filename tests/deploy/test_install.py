@@ -22,7 +22,7 @@ from nsqmp.client import Connection
 from nsqmp.launcher import Broker
 from nsqmp.lookupd.launcher import Lookupd
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # pip with a cold cache downloads the dependencies
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["pyproject.toml", "setup.py", "README.md", "LICENSE", "native", "nsqmp"]

@@ -31,12 +31,12 @@ mirror=${DEBIAN_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.so
 mirror=${mirror:-http://deb.debian.org/debian}
 
 rootfs=$(mktemp -d /var/tmp/nsqmp-base.XXXXXX)
-trap 'rm -rf "$rootfs"' EXIT INT TERM
+trap 'rm -rf "$rootfs" "$rootfs.log"' EXIT
+trap 'exit 1' INT TERM
 echo "base-image: debootstrap $suite from $mirror into $rootfs"
 debootstrap --variant=minbase \
     --include=python3,python3-pip,python3-venv,python-is-python3,python3-dev,ca-certificates \
     "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || { tail -n 20 "$rootfs.log"; exit 1; }
-rm -f "$rootfs.log"
 # the official python image has no PEP 668 marker: pip installs into the system Python
 rm -f "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
 # apt inside the build (the builder stage installs gcc) uses the same mirrors as this host

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: the broker's own options (flags, environment, --config) and --timeout."""
     parser = build_parser("nsqmp health", "Exit 0 if the broker configured by these options "
                           "(flags, NSQMP_<KEY> environment, --config) answers /ping, 1 if not.")
-    parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for the answer")
+    parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for the answer (default: 2)")
     try:
         ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
         opts = from_namespace(ns)

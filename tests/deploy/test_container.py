@@ -79,7 +79,8 @@ def image() -> str:
     # --layers=false: buildah 1.28 cannot bind-mount from a builder stage it took from its
     # cache ("couldn't find .../merged/wheels"), and no 580 MB of builder layers stay behind
     _run("podman", "build", "--format", "docker", "--isolation", "chroot", "--network", "host", "--pull=never",
-         "--layers=false", *_pip_mounts(), "-f", str(ROOT / "deploy" / "Dockerfile"), "-t", IMAGE, str(ROOT), timeout=210)
+         "--layers=false", *_pip_mounts(), "-f", str(ROOT / "deploy" / "Dockerfile"), "-t", IMAGE, str(ROOT),
+         timeout=210)
     if previous and previous != _run("podman", "image", "inspect", IMAGE, "--format", "{{.Id}}").stdout.strip():
         _run("podman", "rmi", previous, check=False)  # the last run's image, untagged by this one
     return IMAGE
@@ -206,5 +207,5 @@ def test_too_small_a_dev_shm_stops_start_up_with_one_line(image):
                 image, "--acceptors", "2", check=False, timeout=60)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
-    assert "/dev/shm has 64 MiB free but the rings need 97 MiB (12 rings of 8 MiB): enlarge it (docker run --shm-size)" \
-        in out, out
+    line = "/dev/shm has 64 MiB free but the rings need 97 MiB (12 rings of 8 MiB): enlarge it (docker run --shm-size)"
+    assert line in out, out

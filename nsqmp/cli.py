@@ -7,17 +7,13 @@ import platform
 import sys
 
 from nsqmp.config import ConfigError, build_parser, from_namespace, ignored_given, render_resolved
-from nsqmp.golog import LEVELS as _LEVELS, GoLogFormatter
+from nsqmp import golog
 
 
-def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if nsqd_style:
-        handler.setFormatter(GoLogFormatter(prefix))
-    else:
-        handler.setFormatter(logging.Formatter(
-            f"{prefix}%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s", "%Y/%m/%d %H:%M:%S"))
-    logging.basicConfig(level=_LEVELS.get(level, logging.INFO), handlers=[handler])
+def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ", fmt: str = "text") -> None:
+    """Every process's log lines to stderr (the children inherit it at fork): nsqmp's or
+    nsqd's text lines, or JSON objects with --log-format json (nsqmp/golog.py)."""
+    golog.setup(level, fmt, prefix, nsqd_style=nsqd_style)
 
 
 def check_limits(opts) -> None:
@@ -52,7 +48,7 @@ def cmd_serve(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"nsqmp: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(opts.log_level, prefix=opts.log_prefix)
+    _setup_logging(opts.log_level, prefix=opts.log_prefix, fmt=opts.log_format)
     _log_ignored(ns, opts)
     from nsqmp.supervisor.arbiter import Supervisor
 
@@ -95,7 +91,7 @@ def cmd_nsqd(argv: list[str]) -> int:
             text = "flag provided but not defined: " + text.split()[2]
         print(text, file=sys.stderr)
         return 2
-    _setup_logging(opts.log_level, nsqd_style=True, prefix=opts.log_prefix)
+    _setup_logging(opts.log_level, nsqd_style=True, prefix=opts.log_prefix, fmt=opts.log_format)
     logging.getLogger("nsqmp").info("%s", nsqd_version())
     _log_ignored(ns, opts)
     from nsqmp.supervisor.arbiter import Supervisor

@@ -120,59 +120,10 @@ def cmd_check_config(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "inflight", "timer",
-                                   "answers", "suite", "tuning", "backlog", "floor"):
-        print("usage: nsqmp bench {writer,reader,latency,timer,answers,suite,tuning,backlog,floor,ring,heap,"
-              "parser,inflight} "
-              "[options]", file=sys.stderr)
-        return 2
-    if argv[0] == "floor":
-        from nsqmp.bench import floor
+    """`nsqmp bench NAME ...`: the benchmarks of nsqmp/bench/commands.py (listed by --help)."""
+    from nsqmp.bench.commands import main as bench_main
 
-        return floor.main(argv[1:]) or 0
-    if argv[0] == "ring":
-        from nsqmp.bench import ring
-
-        return ring.main(argv[1:]) or 0
-    if argv[0] == "heap":
-        from nsqmp.bench import heap
-
-        return heap.main(argv[1:]) or 0
-    if argv[0] == "parser":
-        from nsqmp.bench import parser
-
-        return parser.main(argv[1:]) or 0
-    if argv[0] == "inflight":
-        from nsqmp.bench import inflight
-
-        return inflight.main(argv[1:]) or 0
-    if argv[0] == "timer":
-        from nsqmp.bench import timer
-
-        return timer.main(argv[1:]) or 0
-    if argv[0] == "answers":
-        from nsqmp.bench import answers
-
-        return answers.main(argv[1:]) or 0
-    if argv[0] == "suite":
-        from nsqmp.bench import suite
-
-        return suite.main(argv[1:]) or 0
-    if argv[0] == "latency":
-        from nsqmp.bench import latency
-
-        return latency.main(argv[1:]) or 0
-    if argv[0] == "backlog":
-        from nsqmp.bench import backlog
-
-        return backlog.main(argv[1:]) or 0
-    if argv[0] == "tuning":
-        from nsqmp.bench import tuning
-
-        return tuning.main(argv[1:]) or 0
-    from nsqmp.bench import tool
-
-    return tool.main(argv)
+    return bench_main(argv)
 
 
 def cmd_lookupd(argv: list[str]) -> int:
@@ -187,7 +138,7 @@ COMMANDS: dict[str, tuple] = {
     "nsqd": (cmd_nsqd, "run the broker with nsqd's command line (also: nsqmp-nsqd)"),
     "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
-    "bench": (cmd_bench, "writer/reader load generators; ring, heap and parser benchmarks"),
+    "bench": (cmd_bench, "benchmarks and load generators (`nsqmp bench --help` lists them)"),
 }
 
 

@@ -10,7 +10,8 @@
  * waits for its response frame, again and again until the wall clock passes
  * until (seconds, as time.time()); the GIL is released meanwhile.  oks = how
  * many OK responses came; a response that is not OK stops the loop (error =
- * its frame type and data).  The pure-Python twin is
+ * its frame type and data).  A heartbeat that comes before a response is
+ * answered with NOP and skipped, as go-nsq's producer does.  The pure-Python twin is
  * nsqmp.bench.tool.py_publish_loop.
  *
  * Frames and the message header are drawn in native/layouts.h (NQL_FRAME_*,
@@ -36,6 +37,8 @@
 #define FRAME_HEAD NQL_FRAME_HEAD
 #define MSG_HEAD NQL_MESSAGE_HEAD
 #define FIN_LINE 21 /* "FIN " + 16 + "\n" */
+#define HEARTBEAT "_heartbeat_"
+#define HEARTBEAT_LEN 11
 
 static uint32_t
 be32(const unsigned char *p)
@@ -178,31 +181,50 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t dlen = 0;
     Py_BEGIN_ALLOW_THREADS
     while (wall_now() < until) {
-        if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0 || recv_all(fd, head, NQL_FRAME_HEAD) < 0) {
+        if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0) {
             failed = 1;
             saved_errno = errno;
             break;
         }
-        int32_t size = (int32_t)be32((const unsigned char *)head);
-        uint32_t type = be32((const unsigned char *)head + 4);
-        if (size < 4 || size > (1 << 24)) {
-            failed = 2;
-            break;
-        }
-        dlen = size - 4;
-        data = dlen <= (Py_ssize_t)sizeof(small) ? small : malloc((size_t)dlen);
-        if (data == NULL || recv_all(fd, data, (size_t)dlen) < 0) {
-            failed = data == NULL ? 3 : 1;
-            saved_errno = errno;
-            break;
-        }
-        if (type != 0 || dlen != 2 || memcmp(data, "OK", 2) != 0) {
+        /* the command's response; a heartbeat before it is answered with NOP and
+         * skipped (nsqd sends one every interval, however busy the connection) */
+        for (;;) {
+            if (recv_all(fd, head, NQL_FRAME_HEAD) < 0) {
+                failed = 1;
+                saved_errno = errno;
+                goto out;
+            }
+            int32_t size = (int32_t)be32((const unsigned char *)head);
+            uint32_t type = be32((const unsigned char *)head + 4);
+            if (size < 4 || size > (1 << 24)) {
+                failed = 2;
+                goto out;
+            }
+            dlen = size - 4;
+            data = dlen <= (Py_ssize_t)sizeof(small) ? small : malloc((size_t)dlen);
+            if (data == NULL || recv_all(fd, data, (size_t)dlen) < 0) {
+                failed = data == NULL ? 3 : 1;
+                saved_errno = errno;
+                goto out;
+            }
+            if (type == 0 && dlen == HEARTBEAT_LEN && memcmp(data, HEARTBEAT, HEARTBEAT_LEN) == 0) {
+                data = NULL;  /* small: nothing to free */
+                if (send_all(fd, "NOP\n", 4) < 0) {
+                    failed = 1;
+                    saved_errno = errno;
+                    goto out;
+                }
+                continue;
+            }
             bad_type = type;
-            break;  /* data kept for the error */
+            break;
         }
+        if (bad_type != 0 || dlen != 2 || memcmp(data, "OK", 2) != 0)
+            break;  /* data kept for the error */
         oks++;
         data = NULL;
     }
+out:
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&cmd);
     PyObject *result = NULL;

@@ -65,9 +65,12 @@ class Settings:
     connect_timeout: float = 10.0
 
     @classmethod
-    def from_options(cls, opts) -> Settings:
+    def from_options(cls, opts, host: str | None = None) -> Settings:
+        """The settings of parsed_options; the broker is --nsqd-tcp-address if given, else
+        locust's host (--host tcp://HOST:PORT, or the web UI's Host field)."""
         s = cls(
-            address=opts.nsqd_tcp_address, topic=opts.topic, channel=opts.channel,
+            address=broker_address(getattr(opts, "nsqd_tcp_address", None), host),
+            topic=opts.topic, channel=opts.channel,
             msg_size=opts.msg_size, batch_size=opts.batch_size, mpub_ratio=opts.mpub_ratio,
             pub_rate=opts.pub_rate, rdy=opts.rdy, process_ms=opts.process_ms,
             req_ratio=opts.req_ratio, req_delay_ms=opts.req_delay_ms,
@@ -91,6 +94,29 @@ class Settings:
             raise ValueError("--msg-timeout-ms must be at least 1000 (nsqd's lower bound)")
         if self.heartbeat_ms < 1000:
             raise ValueError("--heartbeat-ms must be at least 1000 (nsqd's lower bound)")
+
+
+DEFAULT_ADDRESS = Settings.address
+
+
+def broker_address(flag: str | None, host: str | None) -> str:
+    """HOST:PORT of the broker's TCP port: --nsqd-tcp-address when given, else locust's
+    host as `tcp://HOST:PORT` (or a bare HOST:PORT), else 127.0.0.1:4150. An http(s)://
+    host is refused: the users speak NSQ's TCP protocol, not HTTP."""
+    if flag:
+        return flag
+    if not host:
+        return DEFAULT_ADDRESS
+    scheme, sep, rest = host.strip().partition("://")
+    if not sep:
+        scheme, rest = "tcp", host.strip()
+    if scheme != "tcp":
+        raise ValueError(f"--host must be tcp://HOST:PORT (the broker's TCP port), not {host!r}")
+    rest = rest.rstrip("/")
+    name, colon, port = rest.rpartition(":")
+    if not colon or not name or not port.isdigit():
+        raise ValueError(f"--host must be tcp://HOST:PORT, not {host!r}")
+    return f"{name}:{port}"
 
 
 def make_body(size: int, counter: int) -> bytes:
@@ -123,7 +149,11 @@ class NSQUser(User):
     def __init__(self, environment) -> None:
         super().__init__(environment)
         opts = environment.parsed_options
-        self.cfg = Settings.from_options(opts) if opts is not None else Settings()
+        # self.host: locust's --host (or the web UI's), which the runner sets on the class
+        if opts is not None:
+            self.cfg = Settings.from_options(opts, self.host)
+        else:
+            self.cfg = Settings(address=broker_address(None, self.host))
         self.conn: Connection | None = None
 
     # -- reporting ------------------------------------------------------------------------

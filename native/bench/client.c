@@ -7,8 +7,9 @@
  *   publish_loop(fd, command, until) -> (oks, error)
  *
  * Sends command (a pre-encoded PUB or MPUB) on the blocking socket fd and
- * waits for its response frame, again and again until the wall clock passes
- * until (seconds, as time.time()); the GIL is released meanwhile.  oks = how
+ * waits for its response frame, again and again until CLOCK_MONOTONIC passes
+ * until (seconds, as time.monotonic(): a step of the wall clock cannot stretch
+ * a run); the GIL is released meanwhile.  oks = how
  * many OK responses came; a response that is not OK stops the loop (error =
  * its frame type and data).  A heartbeat that comes before a response is
  * answered with NOP and skipped, as go-nsq's producer does.  The pure-Python twin is
@@ -153,17 +154,17 @@ recv_all(int fd, char *p, size_t n)
 }
 
 static double
-wall_now(void)
+mono_now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 PyDoc_STRVAR(publish_loop_doc,
 "publish_loop(fd, command, until) -> (oks, error)\n\n"
-"Send command and wait for its response on the blocking socket fd until the wall\n"
-"clock passes until; error = (frame type, data) of a response that was not OK.");
+"Send command and wait for its response on the blocking socket fd until\n"
+"time.monotonic() passes until; error = (frame type, data) of a response that was not OK.");
 
 static PyObject *
 py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
@@ -180,7 +181,7 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
     char *data = NULL;
     Py_ssize_t dlen = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (wall_now() < until) {
+    while (mono_now() < until) {
         if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0) {
             failed = 1;
             saved_errno = errno;

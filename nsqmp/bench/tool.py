@@ -50,7 +50,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
 
 
 def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None]:
-    """Send command and wait for its response until the wall clock passes until: (OKs,
+    """Send command and wait for its response until time.monotonic() passes until: (OKs,
     None), or (OKs, (frame type, data)) of a response that was not OK. A heartbeat that
     comes before the response is answered with NOP and skipped (nsqd sends one every
     interval, however busy the connection). Pure-Python twin of native/bench/client.c's
@@ -58,7 +58,7 @@ def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int,
     reader = wire.FrameReader()
     frames: list = []
     oks = 0
-    while time.time() < until:
+    while time.monotonic() < until:
         sock.sendall(command)
         while True:
             while not frames:
@@ -86,7 +86,7 @@ def _writer(args, start_at: float, out) -> None:
         cmd = wire.mpub(args.topic, [body] * args.batch_size)
     sock = conn.sock
     sock.settimeout(None)  # blocking: the loop runs in C with the GIL released
-    while time.time() < start_at:
+    while time.monotonic() < start_at:
         time.sleep(0.001)
     end = start_at + args.runfor
     if publish_loop is not None:
@@ -95,7 +95,7 @@ def _writer(args, start_at: float, out) -> None:
         oks, error = py_publish_loop(sock, cmd, end)
     if error is not None:
         raise BenchFailed(f"publish failed: {error[1]!r}")
-    out.send(("ok", oks * args.batch_size, time.time() - start_at))
+    out.send(("ok", oks * args.batch_size, time.monotonic() - start_at))
     conn.close()
 
 
@@ -104,7 +104,7 @@ def _reader(args, start_at: float, out) -> None:
     conn.identify(client_id=f"bench-{os.getpid()}")
     conn.send(wire.sub(args.topic, args.channel))
     conn.expect_ok()
-    while time.time() < start_at:
+    while time.monotonic() < start_at:
         time.sleep(0.001)
     conn.send(wire.rdy(args.rdy))
     sock = conn.sock
@@ -113,8 +113,8 @@ def _reader(args, start_at: float, out) -> None:
     end = start_at + args.runfor
     count = 0
     limit = args.max_messages
-    last = time.time()
-    while time.time() < end and not (limit and count >= limit):
+    last = time.monotonic()
+    while time.monotonic() < end and not (limit and count >= limit):
         try:
             data = sock.recv(1 << 20)
         except TimeoutError:
@@ -130,9 +130,9 @@ def _reader(args, start_at: float, out) -> None:
         if replies:
             count += messages
             if messages:
-                last = time.time()
+                last = time.monotonic()
             sock.sendall(replies)
-    out.send(("ok", count, (last if limit else time.time()) - start_at))
+    out.send(("ok", count, (last if limit else time.monotonic()) - start_at))
     conn.close()
 
 
@@ -153,7 +153,7 @@ def run(kind: str, args) -> dict:
     """Run `args.conns` writer or reader connections, each in its own process; raises
     BenchFailed with the first failed connection's error."""
     ctx = mp.get_context("fork")
-    start_at = time.time() + 0.5
+    start_at = time.monotonic() + 0.5
     pipes, procs = [], []
     target = _writer if kind == "writer" else _reader
     for _ in range(args.conns):

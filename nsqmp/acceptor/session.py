@@ -109,9 +109,10 @@ def cmd_sub(conn: V2Connection, params: Params, body_off: int, body_len: int) ->
     conn.auth.check(conn, "SUB", topic, channel)
     conn.topic, conn.channel = topic, channel
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("PROTOCOL(V2): [%s] SUB %s %s", conn.remote, go_q(topic)[1:-1], go_q(channel)[1:-1],
-                  extra={**conn.log_fields(), "topic": topic.decode(errors="replace"),
-                         "channel": channel.decode(errors="replace")})
+        names = {"topic": topic.decode(errors="replace"), "channel": channel.decode(errors="replace")}
+        # nsqd's per-command line, Go's %s of the params: [SUB topic channel]
+        log.debug("PROTOCOL(V2): [%s] [SUB %s %s]", conn.remote, names["topic"], names["channel"],
+                  extra={**conn.log_fields(), **names})
     conn.router = conn.host.router_slot(topic)
     conn.state = STATE_SUBSCRIBED
     conn.waiting_for = "SUB"
@@ -154,6 +155,6 @@ def cmd_cls(conn: V2Connection, params: Params, body_off: int, body_len: int) ->
         raise FatalClientError(E.E_INVALID, "cannot CLS in current state")
     conn.state = STATE_CLOSING
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("PROTOCOL(V2): [%s] CLS", conn.remote, extra=conn.log_fields())
+        log.debug("PROTOCOL(V2): [%s] [CLS]", conn.remote, extra=conn.log_fields())
     conn.host.send_record(conn.router, records.cls(conn.conn))
     conn.write(CLOSE_WAIT_FRAME)

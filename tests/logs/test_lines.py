@@ -85,3 +85,25 @@ def test_nsqd_command_line_writes_nsqds_format(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
+
+
+def test_upgrades_and_clamps_are_logged(broker):
+    """IDENTIFY's negotiated upgrade, and nsqd's REQ clamp and RDY-after-CLS lines."""
+    with Connection.connect(broker.tcp_address) as c:
+        remote = "127.0.0.1:%d" % c.sock.getsockname()[1]
+        c.identify(deflate=True, deflate_level=3)
+    with Connection.connect(broker.tcp_address) as c:
+        other = "127.0.0.1:%d" % c.sock.getsockname()[1]
+        c.identify()
+        c.sub("clamp_t", "c", rdy=1)
+        c.pub("clamp_t", b"m")
+        msg = c.read_message()
+        c.send(wire.req(msg.id, 10 ** 9))  # far past --max-req-timeout (1h)
+        c.send(b"CLS\n")
+        c.send(wire.rdy(5))
+        c.send(b"NOP\n")
+    want = [f"PROTOCOL(V2): [{remote}] upgrading connection to deflate (level 3)",
+            f"PROTOCOL(V2): [{other}] REQ timeout 1000000000 out of range 0-3600000. Setting to 3600000",
+            f"PROTOCOL(V2): [{other}] ignoring RDY after CLS in state ClientStateV2Closing"]
+    wait_for(lambda: all(w in broker.log_text() for w in want),
+             what=lambda: f"missing {[w for w in want if w not in broker.log_text()]}")

@@ -25,12 +25,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "heap": ("heap", "the timer's deadline heap, native and pure Python: CPU per million entries"),
     "parser": ("parser", "the command parser, native against its Python twin: commands/s"),
     "inflight": ("inflight", "the router's consume-path calls (in-flight map, frames), native and twin"),
+    "lookupd": ("lookupd", "nsqlookupd's /lookup latency with many brokers registered"),
+    "spark": ("spark", "rows/s through the PySpark source, into the noop and Parquet sinks (spark extra)"),
 }
-
-# benchmarks run as modules only (their own dependencies or set-up)
-_ALSO = ("python -m nsqmp.bench.lookupd (nsqlookupd /lookup latency with many brokers), "
-         "python -m nsqmp.bench.spark (rows/s through the PySpark source and sink; needs the spark extra)")
-
 
 class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in `--help`, those without a help text too (argparse's own
@@ -50,7 +47,6 @@ def usage() -> str:
              "Benchmarks and load generators; `nsqmp bench NAME --help` gives each one's options "
              "and their defaults.", ""]
     lines += [f"  {name:<{width}}{text}" for name, (_, text) in BENCHMARKS.items()]
-    lines += ["", "Also: " + _ALSO]
     return "\n".join(lines)
 
 

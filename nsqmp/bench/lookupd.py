@@ -159,7 +159,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nsqmp.bench.lookupd", formatter_class=ShowDefaults,
+    parser = argparse.ArgumentParser(prog="nsqmp bench lookupd", formatter_class=ShowDefaults,
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--producers", type=int, default=500, help="fake brokers (default 500)")
     parser.add_argument("--topics", type=int, default=1000, help="topics spread over them (default 1000)")

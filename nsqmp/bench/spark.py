@@ -76,7 +76,7 @@ def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsqmp.bench.spark", formatter_class=ShowDefaults,
+    p = argparse.ArgumentParser(prog="nsqmp bench spark", formatter_class=ShowDefaults,
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--nsqd", help="nsqd TCP address; default: start a private broker on 127.0.0.1")
     p.add_argument("--messages", type=int, default=1_000_000)

@@ -107,3 +107,23 @@ def test_upgrades_and_clamps_are_logged(broker):
             f"PROTOCOL(V2): [{other}] ignoring RDY after CLS in state ClientStateV2Closing"]
     wait_for(lambda: all(w in broker.log_text() for w in want),
              what=lambda: f"missing {[w for w in want if w not in broker.log_text()]}")
+
+
+def test_lookupd_connection_lines(make_broker, tmp_path):
+    """Acceptor 0's registrar: nsqd's lines for adding a lookupd, connecting, its peer
+    info, and each registration it sends."""
+    from nsqmp.lookupd.launcher import Lookupd
+
+    lookupd = Lookupd("-broadcast-address=127.0.0.1", log_path=tmp_path / "lookupd.log").start()
+    try:
+        addr = lookupd.tcp_address
+        b = make_broker("--broadcast-address", "127.0.0.1", "--lookupd-tcp-address", addr)
+        wait_for(lambda: f"LOOKUPD({addr}): peer info" in b.log_text(), what="connected")
+        with Connection.connect(b.tcp_address) as c:
+            c.pub("lookup_logs_t", b"x")
+        want = [f"LOOKUP({addr}): adding peer", f"LOOKUP connecting to {addr}",
+                f"LOOKUPD({addr}): topic REGISTER lookup_logs_t", "TOPIC(lookup_logs_t): created"]
+        wait_for(lambda: all(w in b.log_text() for w in want),
+                 what=lambda: f"missing {[w for w in want if w not in b.log_text()]}")
+    finally:
+        assert lookupd.stop() == 0

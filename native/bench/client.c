@@ -4,15 +4,16 @@
  * the client is not what limits the broker being measured.  A module of its
  * own, apart from the broker's nsqmp._native (setup.py builds both).
  *
- *   publish_loop(fd, command, until) -> (oks, error)
+ *   publish_loop(fd, command, until) -> (oks, error, slowest)
  *
  * Sends command (a pre-encoded PUB or MPUB) on the blocking socket fd and
  * waits for its response frame, again and again until CLOCK_MONOTONIC passes
  * until (seconds, as time.monotonic(): a step of the wall clock cannot stretch
  * a run); the GIL is released meanwhile.  oks = how
  * many OK responses came; a response that is not OK stops the loop (error =
- * its frame type and data).  A heartbeat that comes before a response is
- * answered with NOP and skipped, as go-nsq's producer does.  The pure-Python twin is
+ * its frame type and data); slowest = the longest wait for an OK, in seconds
+ * (a broker that stalls shows there).  A heartbeat that comes before a
+ * response is answered with NOP and skipped, as go-nsq's producer does.  The pure-Python twin is
  * nsqmp.bench.tool.py_publish_loop.
  *
  * Frames and the message header are drawn in native/layouts.h (NQL_FRAME_*,
@@ -162,9 +163,10 @@ mono_now(void)
 }
 
 PyDoc_STRVAR(publish_loop_doc,
-"publish_loop(fd, command, until) -> (oks, error)\n\n"
+"publish_loop(fd, command, until) -> (oks, error, slowest)\n\n"
 "Send command and wait for its response on the blocking socket fd until\n"
-"time.monotonic() passes until; error = (frame type, data) of a response that was not OK.");
+"time.monotonic() passes until; error = (frame type, data) of a response that was not OK;\n"
+"slowest = the longest wait for an OK (seconds).");
 
 static PyObject *
 py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
@@ -180,8 +182,10 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
     char head[NQL_FRAME_HEAD], small[64];
     char *data = NULL;
     Py_ssize_t dlen = 0;
+    double slowest = 0.0;
     Py_BEGIN_ALLOW_THREADS
-    while (mono_now() < until) {
+    double now = mono_now();
+    while (now < until) {
         if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0) {
             failed = 1;
             saved_errno = errno;
@@ -224,6 +228,10 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
             break;  /* data kept for the error */
         oks++;
         data = NULL;
+        double after = mono_now();  /* the one clock read per round trip, as before */
+        if (after - now > slowest)
+            slowest = after - now;
+        now = after;
     }
 out:
     Py_END_ALLOW_THREADS
@@ -237,9 +245,9 @@ out:
     } else if (failed == 3) {
         PyErr_NoMemory();
     } else if (data != NULL) {
-        result = Py_BuildValue("(L(Iy#))", oks, bad_type, data, dlen);
+        result = Py_BuildValue("(L(Iy#)d)", oks, bad_type, data, dlen, slowest);
     } else {
-        result = Py_BuildValue("(LO)", oks, Py_None);
+        result = Py_BuildValue("(LOd)", oks, Py_None, slowest);
     }
     if (data != NULL && data != small)
         free(data);

@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"rep {rep + 1}/{args.reps} {name}: FAILED: {r['error']}", flush=True)
                 continue
             results[name].append(r)
-            print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s", flush=True)
+            slowest = r.get("slowest_answer_ms")
+            wait = "" if slowest is None else f" (slowest answer {slowest:,.1f} ms)"
+            print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s{wait}", flush=True)
     lines = [
         f"nsqmp bench suite, {time.strftime('%Y-%m-%d %H:%M')}, {args.reps} runs of {args.runfor:g} s, 200-byte messages",
         "",

@@ -49,16 +49,18 @@ def _parser(kind: str) -> argparse.ArgumentParser:
     return p
 
 
-def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None]:
+def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None, float]:
     """Send command and wait for its response until time.monotonic() passes until: (OKs,
-    None), or (OKs, (frame type, data)) of a response that was not OK. A heartbeat that
-    comes before the response is answered with NOP and skipped (nsqd sends one every
-    interval, however busy the connection). Pure-Python twin of native/bench/client.c's
-    publish_loop (which takes the socket's fd)."""
+    None, slowest), or (OKs, (frame type, data), slowest) of a response that was not OK;
+    slowest = the longest wait for an OK (seconds). A heartbeat that comes before the
+    response is answered with NOP and skipped (nsqd sends one every interval, however busy
+    the connection). Pure-Python twin of native/bench/client.c's publish_loop (which
+    takes the socket's fd)."""
     reader = wire.FrameReader()
     frames: list = []
-    oks = 0
-    while time.monotonic() < until:
+    oks, slowest = 0, 0.0
+    now = time.monotonic()
+    while now < until:
         sock.sendall(command)
         while True:
             while not frames:
@@ -72,9 +74,12 @@ def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int,
                 continue
             break
         if ftype != wire.FRAME_RESPONSE or payload != b"OK":
-            return oks, (ftype, payload)
+            return oks, (ftype, payload), slowest
         oks += 1
-    return oks, None
+        after = time.monotonic()
+        slowest = max(slowest, after - now)
+        now = after
+    return oks, None, slowest
 
 
 def _writer(args, start_at: float, out) -> None:
@@ -90,12 +95,12 @@ def _writer(args, start_at: float, out) -> None:
         time.sleep(0.001)
     end = start_at + args.runfor
     if publish_loop is not None:
-        oks, error = publish_loop(sock.fileno(), cmd, end)
+        oks, error, slowest = publish_loop(sock.fileno(), cmd, end)
     else:
-        oks, error = py_publish_loop(sock, cmd, end)
+        oks, error, slowest = py_publish_loop(sock, cmd, end)
     if error is not None:
-        raise BenchFailed(f"publish failed: {error[1]!r}")
-    out.send(("ok", oks * args.batch_size, time.monotonic() - start_at))
+        raise BenchFailed(f"publish failed: {error[1]!r} (after {oks} OKs; slowest answer {slowest * 1000:.1f} ms)")
+    out.send(("ok", oks * args.batch_size, time.monotonic() - start_at, slowest))
     conn.close()
 
 
@@ -132,7 +137,7 @@ def _reader(args, start_at: float, out) -> None:
             if messages:
                 last = time.monotonic()
             sock.sendall(replies)
-    out.send(("ok", count, (last if limit else time.monotonic()) - start_at))
+    out.send(("ok", count, (last if limit else time.monotonic()) - start_at, None))
     conn.close()
 
 
@@ -163,7 +168,7 @@ def run(kind: str, args) -> dict:
         send.close()  # the child's copy only: its end shows at once as EOF here
         pipes.append(recv)
         procs.append(p)
-    total, duration = 0, 0.0
+    total, duration, slowest = 0, 0.0, None
     failures: list[str] = []
     for recv, p in zip(pipes, procs):
         try:
@@ -174,6 +179,8 @@ def run(kind: str, args) -> dict:
         if answer[0] == "ok":
             total += answer[1]
             duration = max(duration, answer[2])
+            if answer[3] is not None:  # a writer's longest wait for an OK
+                slowest = max(slowest or 0.0, answer[3])
         else:
             failures.append(f"{answer[1]} (exit code {p.exitcode})")
     if failures:
@@ -185,6 +192,8 @@ def run(kind: str, args) -> dict:
         "batch_size": getattr(args, "batch_size", None),
         "messages": total, "seconds": round(duration, 3),
         "msgs_per_sec": round(rate, 1), "mb_per_sec": round(rate * args.size / 1e6, 3),
+        # a writer's longest wait for an OK: a broker stall shows here (None for readers)
+        "slowest_answer_ms": None if slowest is None else round(slowest * 1000, 3),
     }
 
 

@@ -30,13 +30,21 @@ def test_publish_loop_goes_on_across_heartbeats(broker, impl):
         c.sock.settimeout(None)  # blocking, as the writer has it
         until = time.monotonic() + 2.5
         if impl == "native":
-            oks, error = bench_client("publish_loop").publish_loop(c.sock.fileno(), cmd, until)
+            oks, error, slowest = bench_client("publish_loop").publish_loop(c.sock.fileno(), cmd, until)
         else:
-            oks, error = tool.py_publish_loop(c.sock, cmd, until)
+            oks, error, slowest = tool.py_publish_loop(c.sock, cmd, until)
     assert error is None
-    assert oks > 0
+    assert oks > 0 and 0 < slowest < 2.5
     topic = broker.stats(topic="hb_bench")["topics"][0]
     assert topic["message_count"] == oks * 20
+
+
+def test_a_writer_reports_its_slowest_answer(broker):
+    """The longest wait for an OK, over every connection: where a broker stall would show."""
+    wrote = run("writer", SimpleNamespace(nsqd_tcp_address=broker.tcp_address, topic="slow_t", runfor=0.5,
+                                          size=100, conns=2, batch_size=10))
+    assert wrote["messages"] > 0
+    assert 0 < wrote["slowest_answer_ms"] < 5000
 
 
 def test_a_failed_writer_raises_with_its_error(make_broker):
@@ -61,6 +69,7 @@ def test_the_suite_names_a_failed_workload_and_goes_on(tmp_path):
     assert "rep 1/1 writer MPUB 200, 1 conn: FAILED: BenchFailed: 1 of 1 writer connections failed: " \
            "publish failed: b'E_BAD_MESSAGE" in proc.stdout
     assert "| writer MPUB 200, 1 conn | failed (see below) |" in proc.stdout
+    assert "(after 0 OKs; slowest answer 0.0 ms)" in proc.stdout
     assert "- rep 1, writer MPUB 200, 1 conn: BenchFailed:" in proc.stdout
     floor_rows = [line for line in proc.stdout.splitlines() if line.startswith("| writer PUB, 1 conn, answer-only")]
     assert len(floor_rows) == 1 and "failed" not in floor_rows[0]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from locust import User, constant, constant_throughput, task
 
+from nsq_address import broker_address
 from nsqmp.client import Connection, NSQError, wire
 
 USER_AGENT = "nsqmp-locust/1"
@@ -94,29 +95,6 @@ class Settings:
             raise ValueError("--msg-timeout-ms must be at least 1000 (nsqd's lower bound)")
         if self.heartbeat_ms < 1000:
             raise ValueError("--heartbeat-ms must be at least 1000 (nsqd's lower bound)")
-
-
-DEFAULT_ADDRESS = Settings.address
-
-
-def broker_address(flag: str | None, host: str | None) -> str:
-    """HOST:PORT of the broker's TCP port: --nsqd-tcp-address when given, else locust's
-    host as `tcp://HOST:PORT` (or a bare HOST:PORT), else 127.0.0.1:4150. An http(s)://
-    host is refused: the users speak NSQ's TCP protocol, not HTTP."""
-    if flag:
-        return flag
-    if not host:
-        return DEFAULT_ADDRESS
-    scheme, sep, rest = host.strip().partition("://")
-    if not sep:
-        scheme, rest = "tcp", host.strip()
-    if scheme != "tcp":
-        raise ValueError(f"--host must be tcp://HOST:PORT (the broker's TCP port), not {host!r}")
-    rest = rest.rstrip("/")
-    name, colon, port = rest.rpartition(":")
-    if not colon or not name or not port.isdigit():
-        raise ValueError(f"--host must be tcp://HOST:PORT, not {host!r}")
-    return f"{name}:{port}"
 
 
 def make_body(size: int, counter: int) -> bytes:

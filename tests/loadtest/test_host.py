@@ -4,6 +4,7 @@ headless locust runs against the `broker` fixture, as tests/loadtest/test_locust
 from __future__ import annotations
 
 import csv
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,12 @@ import pytest
 
 from tests.loadtest.test_locust import LOCUSTFILE, ROOT, _env
 
-sys.path.insert(0, str(ROOT / "loadtest"))
-import nsq_user  # noqa: E402  (loadtest/ is not a package)
+# loadtest/ is not a package; nsq_address imports no locust (which would monkey-patch this
+# process with gevent: the other tests' blocking sockets would turn non-blocking)
+_spec = importlib.util.spec_from_file_location("nsq_address", ROOT / "loadtest" / "nsq_address.py")
+assert _spec is not None and _spec.loader is not None
+nsq_address = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nsq_address)
 
 
 def _locust(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -70,10 +75,10 @@ def test_an_http_host_is_refused(tmp_path):
     (None, "", "127.0.0.1:4150"),
 ])
 def test_broker_address(flag, host, want):
-    assert nsq_user.broker_address(flag, host) == want
+    assert nsq_address.broker_address(flag, host) == want
 
 
 @pytest.mark.parametrize("host", ["http://127.0.0.1:4151", "tcp://nohost", "tcp://:4150", "tcp://h:port"])
 def test_broker_address_refuses(host):
     with pytest.raises(ValueError, match="--host must be tcp://HOST:PORT"):
-        nsq_user.broker_address(None, host)
+        nsq_address.broker_address(None, host)

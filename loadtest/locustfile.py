@@ -2,7 +2,10 @@
 
     loadtest/run.sh                                     # mixed scenario, headless, reports in loadtest/reports/
     locust -f loadtest/locustfile.py --headless -u 20 -r 10 --run-time 1m \\
-        --nsqd-tcp-address 127.0.0.1:4150 --scenario mixed --msg-size 512 --batch-size 50
+        --host tcp://127.0.0.1:4150 --scenario mixed --msg-size 512 --batch-size 50
+
+The broker is locust's own --host as tcp://HOST:PORT (or the web UI's Host field), or
+--nsqd-tcp-address HOST:PORT, which wins when both are given; 127.0.0.1:4150 without either.
 
 Scenarios (--scenario): mixed (publishers and consumers by --publisher-weight and
 --consumer-weight), publish (publishers only), consume (consumers only). The users are in
@@ -41,7 +44,9 @@ class Consumer(nsq_user.Consumer):
 def _options(parser) -> None:
     d = nsq_user.Settings()
     g = parser.add_argument_group("nsqmp load test")
-    g.add_argument("--nsqd-tcp-address", default=d.address, help="<host>:<port> of the broker's TCP port")
+    g.add_argument("--nsqd-tcp-address", default=None,
+                   help=f"<host>:<port> of the broker's TCP port; wins over --host tcp://HOST:PORT "
+                        f"(without either: {d.address})")
     g.add_argument("--scenario", choices=sorted(SCENARIOS), default="mixed",
                    help="which users run: mixed, publish (publishers only) or consume (consumers only)")
     g.add_argument("--publisher-weight", type=int, default=1, help="weight of Publisher users in mixed")
@@ -72,7 +77,7 @@ def _setup(environment, **_kw) -> None:
     if opts is None:  # used as a library, without the command line
         return
     try:
-        nsq_user.Settings.from_options(opts)
+        address = nsq_user.Settings.from_options(opts, environment.host).address
     except ValueError as exc:
         log.error("%s", exc)
         sys.exit(2)
@@ -89,4 +94,4 @@ def _setup(environment, **_kw) -> None:
         sys.exit(2)
     log.info("scenario %s: %s against %s", opts.scenario,
              ", ".join(f"{u.__name__} (weight {u.weight})" for u in environment.user_classes),
-             opts.nsqd_tcp_address)
+             address)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from locust import User, constant, constant_throughput, task
 
+from nsq_address import broker_address
 from nsqmp.client import Connection, NSQError, wire
 
 USER_AGENT = "nsqmp-locust/1"
@@ -65,9 +66,12 @@ class Settings:
     connect_timeout: float = 10.0
 
     @classmethod
-    def from_options(cls, opts) -> Settings:
+    def from_options(cls, opts, host: str | None = None) -> Settings:
+        """The settings of parsed_options; the broker is --nsqd-tcp-address if given, else
+        locust's host (--host tcp://HOST:PORT, or the web UI's Host field)."""
         s = cls(
-            address=opts.nsqd_tcp_address, topic=opts.topic, channel=opts.channel,
+            address=broker_address(getattr(opts, "nsqd_tcp_address", None), host),
+            topic=opts.topic, channel=opts.channel,
             msg_size=opts.msg_size, batch_size=opts.batch_size, mpub_ratio=opts.mpub_ratio,
             pub_rate=opts.pub_rate, rdy=opts.rdy, process_ms=opts.process_ms,
             req_ratio=opts.req_ratio, req_delay_ms=opts.req_delay_ms,
@@ -123,7 +127,11 @@ class NSQUser(User):
     def __init__(self, environment) -> None:
         super().__init__(environment)
         opts = environment.parsed_options
-        self.cfg = Settings.from_options(opts) if opts is not None else Settings()
+        # self.host: locust's --host (or the web UI's), which the runner sets on the class
+        if opts is not None:
+            self.cfg = Settings.from_options(opts, self.host)
+        else:
+            self.cfg = Settings(address=broker_address(None, self.host))
         self.conn: Connection | None = None
 
     # -- reporting ------------------------------------------------------------------------

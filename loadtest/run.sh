@@ -5,7 +5,7 @@
 #
 #   loadtest/run.sh                                        # mixed, 10 users, 60 s, 127.0.0.1:4150
 #   USERS=40 RUN_TIME=5m loadtest/run.sh --scenario publish --pub-rate 0 --batch-size 100
-#   OUT=/tmp/lt/run1 loadtest/run.sh --nsqd-tcp-address 10.0.0.5:4150
+#   OUT=/tmp/lt/run1 loadtest/run.sh --host tcp://10.0.0.5:4150   # or --nsqd-tcp-address 10.0.0.5:4150
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,5 +27,5 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 exec "$PYTHON" -m locust -f "$here/locustfile.py" --headless \
     -u "$USERS" -r "$SPAWN_RATE" --run-time "$RUN_TIME" \
     --csv "$OUT" --html "$OUT.html" \
-    --nsqd-tcp-address "$NSQD_TCP_ADDRESS" \
+    --host "tcp://$NSQD_TCP_ADDRESS" \
     "$@"

@@ -7,17 +7,13 @@ import platform
 import sys
 
 from nsqmp.config import ConfigError, build_parser, from_namespace, ignored_given, render_resolved
-from nsqmp.golog import LEVELS as _LEVELS, GoLogFormatter
+from nsqmp import golog
 
 
-def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if nsqd_style:
-        handler.setFormatter(GoLogFormatter(prefix))
-    else:
-        handler.setFormatter(logging.Formatter(
-            f"{prefix}%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s", "%Y/%m/%d %H:%M:%S"))
-    logging.basicConfig(level=_LEVELS.get(level, logging.INFO), handlers=[handler])
+def _setup_logging(level: str, nsqd_style: bool = False, prefix: str = "[nsqmp] ", fmt: str = "text") -> None:
+    """Every process's log lines to stderr (the children inherit it at fork): nsqmp's or
+    nsqd's text lines, or JSON objects with --log-format json (nsqmp/golog.py)."""
+    golog.setup(level, fmt, prefix, nsqd_style=nsqd_style)
 
 
 def check_limits(opts) -> None:
@@ -52,7 +48,7 @@ def cmd_serve(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"nsqmp: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(opts.log_level, prefix=opts.log_prefix)
+    _setup_logging(opts.log_level, prefix=opts.log_prefix, fmt=opts.log_format)
     _log_ignored(ns, opts)
     from nsqmp.supervisor.arbiter import Supervisor
 
@@ -95,7 +91,7 @@ def cmd_nsqd(argv: list[str]) -> int:
             text = "flag provided but not defined: " + text.split()[2]
         print(text, file=sys.stderr)
         return 2
-    _setup_logging(opts.log_level, nsqd_style=True, prefix=opts.log_prefix)
+    _setup_logging(opts.log_level, nsqd_style=True, prefix=opts.log_prefix, fmt=opts.log_format)
     logging.getLogger("nsqmp").info("%s", nsqd_version())
     _log_ignored(ns, opts)
     from nsqmp.supervisor.arbiter import Supervisor
@@ -124,59 +120,10 @@ def cmd_check_config(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "inflight", "timer",
-                                   "answers", "suite", "tuning", "backlog", "floor"):
-        print("usage: nsqmp bench {writer,reader,latency,timer,answers,suite,tuning,backlog,floor,ring,heap,"
-              "parser,inflight} "
-              "[options]", file=sys.stderr)
-        return 2
-    if argv[0] == "floor":
-        from nsqmp.bench import floor
+    """`nsqmp bench NAME ...`: the benchmarks of nsqmp/bench/commands.py (listed by --help)."""
+    from nsqmp.bench.commands import main as bench_main
 
-        return floor.main(argv[1:]) or 0
-    if argv[0] == "ring":
-        from nsqmp.bench import ring
-
-        return ring.main(argv[1:]) or 0
-    if argv[0] == "heap":
-        from nsqmp.bench import heap
-
-        return heap.main(argv[1:]) or 0
-    if argv[0] == "parser":
-        from nsqmp.bench import parser
-
-        return parser.main(argv[1:]) or 0
-    if argv[0] == "inflight":
-        from nsqmp.bench import inflight
-
-        return inflight.main(argv[1:]) or 0
-    if argv[0] == "timer":
-        from nsqmp.bench import timer
-
-        return timer.main(argv[1:]) or 0
-    if argv[0] == "answers":
-        from nsqmp.bench import answers
-
-        return answers.main(argv[1:]) or 0
-    if argv[0] == "suite":
-        from nsqmp.bench import suite
-
-        return suite.main(argv[1:]) or 0
-    if argv[0] == "latency":
-        from nsqmp.bench import latency
-
-        return latency.main(argv[1:]) or 0
-    if argv[0] == "backlog":
-        from nsqmp.bench import backlog
-
-        return backlog.main(argv[1:]) or 0
-    if argv[0] == "tuning":
-        from nsqmp.bench import tuning
-
-        return tuning.main(argv[1:]) or 0
-    from nsqmp.bench import tool
-
-    return tool.main(argv)
+    return bench_main(argv)
 
 
 def cmd_lookupd(argv: list[str]) -> int:
@@ -199,7 +146,7 @@ COMMANDS: dict[str, tuple] = {
     "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
     "health": (cmd_health, "exit 0 if the broker these options configure answers /ping (the image's HEALTHCHECK)"),
-    "bench": (cmd_bench, "writer/reader load generators; ring, heap and parser benchmarks"),
+    "bench": (cmd_bench, "benchmarks and load generators (`nsqmp bench --help` lists them)"),
 }
 
 

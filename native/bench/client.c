@@ -4,13 +4,16 @@
  * the client is not what limits the broker being measured.  A module of its
  * own, apart from the broker's nsqmp._native (setup.py builds both).
  *
- *   publish_loop(fd, command, until) -> (oks, error)
+ *   publish_loop(fd, command, until) -> (oks, error, slowest)
  *
  * Sends command (a pre-encoded PUB or MPUB) on the blocking socket fd and
- * waits for its response frame, again and again until the wall clock passes
- * until (seconds, as time.time()); the GIL is released meanwhile.  oks = how
+ * waits for its response frame, again and again until CLOCK_MONOTONIC passes
+ * until (seconds, as time.monotonic(): a step of the wall clock cannot stretch
+ * a run); the GIL is released meanwhile.  oks = how
  * many OK responses came; a response that is not OK stops the loop (error =
- * its frame type and data).  The pure-Python twin is
+ * its frame type and data); slowest = the longest wait for an OK, in seconds
+ * (a broker that stalls shows there).  A heartbeat that comes before a
+ * response is answered with NOP and skipped, as go-nsq's producer does.  The pure-Python twin is
  * nsqmp.bench.tool.py_publish_loop.
  *
  * Frames and the message header are drawn in native/layouts.h (NQL_FRAME_*,
@@ -36,6 +39,8 @@
 #define FRAME_HEAD NQL_FRAME_HEAD
 #define MSG_HEAD NQL_MESSAGE_HEAD
 #define FIN_LINE 21 /* "FIN " + 16 + "\n" */
+#define HEARTBEAT "_heartbeat_"
+#define HEARTBEAT_LEN 11
 
 static uint32_t
 be32(const unsigned char *p)
@@ -150,17 +155,18 @@ recv_all(int fd, char *p, size_t n)
 }
 
 static double
-wall_now(void)
+mono_now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 PyDoc_STRVAR(publish_loop_doc,
-"publish_loop(fd, command, until) -> (oks, error)\n\n"
-"Send command and wait for its response on the blocking socket fd until the wall\n"
-"clock passes until; error = (frame type, data) of a response that was not OK.");
+"publish_loop(fd, command, until) -> (oks, error, slowest)\n\n"
+"Send command and wait for its response on the blocking socket fd until\n"
+"time.monotonic() passes until; error = (frame type, data) of a response that was not OK;\n"
+"slowest = the longest wait for an OK (seconds).");
 
 static PyObject *
 py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
@@ -176,33 +182,58 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
     char head[NQL_FRAME_HEAD], small[64];
     char *data = NULL;
     Py_ssize_t dlen = 0;
+    double slowest = 0.0;
     Py_BEGIN_ALLOW_THREADS
-    while (wall_now() < until) {
-        if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0 || recv_all(fd, head, NQL_FRAME_HEAD) < 0) {
+    double now = mono_now();
+    while (now < until) {
+        if (send_all(fd, cmd.buf, (size_t)cmd.len) < 0) {
             failed = 1;
             saved_errno = errno;
             break;
         }
-        int32_t size = (int32_t)be32((const unsigned char *)head);
-        uint32_t type = be32((const unsigned char *)head + 4);
-        if (size < 4 || size > (1 << 24)) {
-            failed = 2;
-            break;
-        }
-        dlen = size - 4;
-        data = dlen <= (Py_ssize_t)sizeof(small) ? small : malloc((size_t)dlen);
-        if (data == NULL || recv_all(fd, data, (size_t)dlen) < 0) {
-            failed = data == NULL ? 3 : 1;
-            saved_errno = errno;
-            break;
-        }
-        if (type != 0 || dlen != 2 || memcmp(data, "OK", 2) != 0) {
+        /* the command's response; a heartbeat before it is answered with NOP and
+         * skipped (nsqd sends one every interval, however busy the connection) */
+        for (;;) {
+            if (recv_all(fd, head, NQL_FRAME_HEAD) < 0) {
+                failed = 1;
+                saved_errno = errno;
+                goto out;
+            }
+            int32_t size = (int32_t)be32((const unsigned char *)head);
+            uint32_t type = be32((const unsigned char *)head + 4);
+            if (size < 4 || size > (1 << 24)) {
+                failed = 2;
+                goto out;
+            }
+            dlen = size - 4;
+            data = dlen <= (Py_ssize_t)sizeof(small) ? small : malloc((size_t)dlen);
+            if (data == NULL || recv_all(fd, data, (size_t)dlen) < 0) {
+                failed = data == NULL ? 3 : 1;
+                saved_errno = errno;
+                goto out;
+            }
+            if (type == 0 && dlen == HEARTBEAT_LEN && memcmp(data, HEARTBEAT, HEARTBEAT_LEN) == 0) {
+                data = NULL;  /* small: nothing to free */
+                if (send_all(fd, "NOP\n", 4) < 0) {
+                    failed = 1;
+                    saved_errno = errno;
+                    goto out;
+                }
+                continue;
+            }
             bad_type = type;
-            break;  /* data kept for the error */
+            break;
         }
+        if (bad_type != 0 || dlen != 2 || memcmp(data, "OK", 2) != 0)
+            break;  /* data kept for the error */
         oks++;
         data = NULL;
+        double after = mono_now();  /* the one clock read per round trip, as before */
+        if (after - now > slowest)
+            slowest = after - now;
+        now = after;
     }
+out:
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&cmd);
     PyObject *result = NULL;
@@ -214,9 +245,9 @@ py_publish_loop(PyObject *Py_UNUSED(module), PyObject *args)
     } else if (failed == 3) {
         PyErr_NoMemory();
     } else if (data != NULL) {
-        result = Py_BuildValue("(L(Iy#))", oks, bad_type, data, dlen);
+        result = Py_BuildValue("(L(Iy#)d)", oks, bad_type, data, dlen, slowest);
     } else {
-        result = Py_BuildValue("(LO)", oks, Py_None);
+        result = Py_BuildValue("(LOd)", oks, Py_None, slowest);
     }
     if (data != NULL && data != small)
         free(data);

@@ -73,7 +73,7 @@ class ConnAuth:
             if not isinstance(exc, AuthFailed):
                 log.exception("%s: AUTH query failed", conn.remote)
             # errors contacting the auth server are not for untrusted clients' eyes
-            log.warning("%s: AUTH failed %s", conn.remote, exc)
+            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", conn.remote, exc, extra=conn.log_fields())
             conn.waiting_for = ""
             conn.send_error(FatalClientError(E.E_AUTH_FAILED, "AUTH failed"))
             return

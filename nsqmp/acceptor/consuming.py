@@ -7,6 +7,7 @@ costs no call per command (a consumer's FINs are the other hot path).
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ from nsqmp.protocol.errors import FatalClientError
 if TYPE_CHECKING:
     from nsqmp.acceptor.host import AcceptorSide
 
+log = logging.getLogger("nsqmp.acceptor")
+
 # FINs a connection sends in one tick travel to the router as one FIN record of up to this
 # many bytes (512 IDs): one ring record and one router dispatch for a consumer's window
 _FIN_RECORD_MAX = records.FIN_IDS_AT + ID * 512
@@ -31,6 +34,8 @@ class ConsumeCommands:
     # the V2Connection state these methods use (declared for the type checker)
     host: AcceptorSide
     conn: int
+    remote: str
+    log_fields: Callable[[], dict[str, str]]
     state: int
     router: int
     rdy: int
@@ -41,6 +46,8 @@ class ConsumeCommands:
     def cmd_rdy(self, params: Params, body_off: int, body_len: int) -> None:
         """RDY <count>: how many messages may be in flight to this client."""
         if self.state == STATE_CLOSING:
+            log.info("PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing", self.remote,
+                     extra=self.log_fields())
             return
         if self.state != STATE_SUBSCRIBED:
             raise FatalClientError(E.E_INVALID, "cannot RDY in current state")
@@ -94,7 +101,11 @@ class ConsumeCommands:
         if raw and not raw.isdigit():  # an empty number is 0, as Go's ByteToBase10 reads it
             raise FatalClientError(E.E_INVALID, f"REQ could not parse timeout {go_s(raw)}")
         # nsqd clamps rather than refuses
-        delay = min(int(raw or b"0"), int(self.host.opts.max_req_timeout * 1000))
+        delay, top = int(raw or b"0"), int(self.host.opts.max_req_timeout * 1000)
+        if delay > top:
+            log.info("PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d", self.remote,
+                     delay, top, top, extra=self.log_fields())
+            delay = top
         self._send(self.router, records.req(self.conn, delay, msg_id))
 
     def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:

@@ -31,3 +31,30 @@ def go_q(name: bytes) -> str:
 
 
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+# nsqd's identifyDataV2, in its field order: (Go field name, JSON key, Go zero value)
+_IDENTIFY_FIELDS = (
+    ("ClientID", "client_id", ""), ("Hostname", "hostname", ""), ("HeartbeatInterval", "heartbeat_interval", 0),
+    ("OutputBufferSize", "output_buffer_size", 0), ("OutputBufferTimeout", "output_buffer_timeout", 0),
+    ("FeatureNegotiation", "feature_negotiation", False), ("TLSv1", "tls_v1", False),
+    ("Deflate", "deflate", False), ("DeflateLevel", "deflate_level", 0), ("Snappy", "snappy", False),
+    ("SampleRate", "sample_rate", 0), ("UserAgent", "user_agent", ""), ("MsgTimeout", "msg_timeout", 0),
+)
+
+
+def go_identify(data: object) -> str:
+    """An IDENTIFY body as nsqd logs it, Go's %+v of its identifyDataV2:
+    ``{ClientID:app Hostname:h HeartbeatInterval:30000 ... UserAgent:go-nsq/1.1.0 MsgTimeout:0}``."""
+    fields = data if isinstance(data, dict) else {}
+    out = []
+    for name, key, zero in _IDENTIFY_FIELDS:
+        value = fields.get(key, zero)
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, float) and value.is_integer():
+            text = str(int(value))
+        else:
+            text = str(value)
+        out.append(f"{name}:{text}")
+    return "{" + " ".join(out) + "}"

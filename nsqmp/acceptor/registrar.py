@@ -116,6 +116,7 @@ class LookupPeer:
             self._backoff = min(self._backoff * 2, BACKOFF_MAX)
 
     async def _session(self) -> None:
+        log.info("LOOKUP connecting to %s", self.address, extra={"lookupd": self.address})
         reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), DEADLINE)
         self._writer = writer
         writer.write(v1.MAGIC)
@@ -132,6 +133,8 @@ class LookupPeer:
         self.queue.clear()
         self.connected = True
         commands = self.registrar.register_commands()
+        for cmd in commands:  # nsqd's lines for the full list it sends on connecting
+            log.info("LOOKUPD(%s): %s", self, cmd.decode(errors="replace").strip())
         for start in range(0, len(commands), BATCH):
             await self._round_trip(reader, commands[start:start + BATCH])
         next_ping = time.monotonic() + PING_INTERVAL
@@ -145,12 +148,14 @@ class LookupPeer:
             if not self.connected:
                 break
             if time.monotonic() >= next_ping:
+                log.debug("LOOKUPD(%s): sending heartbeat", self)
                 await self._round_trip(reader, [v1.PING])
                 next_ping = time.monotonic() + PING_INTERVAL
             batch = [self.queue.popleft() for _ in range(min(BATCH, len(self.queue)))]
             if batch:
-                for cmd in batch:
-                    log.debug("LOOKUPD(%s): %s", self, cmd.decode(errors="replace").strip())
+                for cmd in batch:  # nsqd's Notify lines: "topic" or "channel", then the command
+                    text = cmd.decode(errors="replace").strip()
+                    log.info("LOOKUPD(%s): %s %s", self, "channel" if text.count(" ") > 1 else "topic", text)
                 await self._round_trip(reader, batch)
 
     async def _round_trip(self, reader: asyncio.StreamReader, commands: list[bytes]) -> list[bytes]:

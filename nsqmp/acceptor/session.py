@@ -6,13 +6,14 @@ Each handler takes (conn, params, body_off, body_len), as COMMANDS calls it.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import orjson
 
 from nsqmp.acceptor import flow, upgrade
 from nsqmp.acceptor.clientstats import tls_stats
-from nsqmp.acceptor.gotext import go_q
+from nsqmp.acceptor.gotext import go_identify, go_q
 from nsqmp.acceptor.identify import IdentifyError, negotiate, response
 from nsqmp.ipc import records
 from nsqmp.protocol import errors as E
@@ -22,6 +23,8 @@ from nsqmp.protocol.names import is_valid_name
 
 if TYPE_CHECKING:
     from nsqmp.acceptor.tcp import V2Connection
+
+log = logging.getLogger("nsqmp.acceptor")
 
 Params = tuple[bytes, ...]  # a command line split on single spaces; [0] is the token
 
@@ -45,6 +48,12 @@ def cmd_identify(conn: V2Connection, params: Params, body_off: int, body_len: in
     except orjson.JSONDecodeError:
         raise FatalClientError(E.E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
     settings = conn.settings
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("PROTOCOL(V2): [%s] %s", conn.remote, go_identify(data), extra={"remote": conn.remote})
+    given = data if isinstance(data, dict) else {}
+    log.info("[%s] IDENTIFY: %s", conn.remote, go_identify(data), extra={
+        "remote": conn.remote, "client_id": str(given.get("client_id", "")),
+        "user_agent": str(given.get("user_agent", ""))})
     try:
         negotiate(data, conn.host.opts, settings)
     except IdentifyError as exc:
@@ -59,6 +68,7 @@ def cmd_identify(conn: V2Connection, params: Params, body_off: int, body_len: in
         conn.write(response_frame(response(conn.host.opts, settings)))
     else:
         conn.write(OK_FRAME)
+    _log_upgrades(conn)
     if settings.tls:
         # nothing more is read in the clear: the client's next bytes are its ClientHello
         conn.waiting_for = "TLS"
@@ -69,6 +79,18 @@ def cmd_identify(conn: V2Connection, params: Params, body_off: int, body_len: in
     elif settings.snappy or settings.deflate:
         upgrade.start_compression(conn, end)
         conn.rescan = True  # the rest of the buffer was decompressed: scan it again
+
+
+def _log_upgrades(conn: V2Connection) -> None:
+    """nsqd's lines for the upgrades IDENTIFY negotiated (they start right after)."""
+    settings = conn.settings
+    if settings.tls:
+        log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", conn.remote, extra=conn.log_fields())
+    if settings.snappy:
+        log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", conn.remote, extra=conn.log_fields())
+    if settings.deflate:
+        log.info("PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)", conn.remote,
+                 settings.deflate_level, extra=conn.log_fields())
 
 
 def cmd_sub(conn: V2Connection, params: Params, body_off: int, body_len: int) -> None:
@@ -86,6 +108,11 @@ def cmd_sub(conn: V2Connection, params: Params, body_off: int, body_len: int) ->
         raise FatalClientError(E.E_BAD_CHANNEL, f"SUB channel name {go_q(channel)} is not valid")
     conn.auth.check(conn, "SUB", topic, channel)
     conn.topic, conn.channel = topic, channel
+    if log.isEnabledFor(logging.DEBUG):
+        names = {"topic": topic.decode(errors="replace"), "channel": channel.decode(errors="replace")}
+        # nsqd's per-command line, Go's %s of the params: [SUB topic channel]
+        log.debug("PROTOCOL(V2): [%s] [SUB %s %s]", conn.remote, names["topic"], names["channel"],
+                  extra={**conn.log_fields(), **names})
     conn.router = conn.host.router_slot(topic)
     conn.state = STATE_SUBSCRIBED
     conn.waiting_for = "SUB"
@@ -127,5 +154,7 @@ def cmd_cls(conn: V2Connection, params: Params, body_off: int, body_len: int) ->
     if conn.state != STATE_SUBSCRIBED:
         raise FatalClientError(E.E_INVALID, "cannot CLS in current state")
     conn.state = STATE_CLOSING
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("PROTOCOL(V2): [%s] [CLS]", conn.remote, extra=conn.log_fields())
     conn.host.send_record(conn.router, records.cls(conn.conn))
     conn.write(CLOSE_WAIT_FRAME)

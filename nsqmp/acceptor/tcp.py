@@ -148,6 +148,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self.settings.hostname = host
         self.host.attach(self)
         self.heartbeat.arm()
+        log.info("TCP: new client(%s)", self.remote, extra={"remote": self.remote})
 
     def data_received(self, data: bytes) -> None:
         """Feed the buffer, then handle every complete command in it."""
@@ -181,6 +182,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self.closed = True
         self.heartbeat.cancel()
         self.host.detach(self)
+        if self.magic_ok:
+            log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote, extra=self.log_fields())
         if self.pub_counts:
             self.host.producer_left()
         if self.router >= 0:
@@ -204,9 +207,18 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
 
     def send_error(self, err: ClientError) -> None:
         """An error frame; a fatal error closes the connection after it."""
+        # nsqd logs every error it sends a client (its IOLoop), at ERROR
+        log.error("[%s] - %s", self.remote, err.wire.decode(errors="replace"),
+                  extra={**self.log_fields(), "code": err.code, "fatal": err.fatal})
         self.write(error(err.wire))
         if err.fatal:
             self.close()
+
+    def log_fields(self) -> dict[str, str]:
+        """The fields a log line about this client carries (--log-format json): its
+        address and, after IDENTIFY, its client id and user agent."""
+        s = self.settings
+        return {"remote": self.remote, "client_id": s.client_id, "user_agent": s.user_agent}
 
     def close(self) -> None:
         """Close after what is written so far (connection_lost follows)."""
@@ -320,9 +332,12 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         buf = self.buf
         if len(buf) < 4:
             return False
+        magic = bytes(buf[:4]).decode("latin-1")
+        log.info("CLIENT(%s): desired protocol magic '%s'", self.remote, magic, extra={"remote": self.remote})
         if bytes(buf[:4]) != MAGIC_V2:
             self.write(error(b"E_BAD_PROTOCOL"))
             self.close()
+            log.error("client(%s) bad protocol magic '%s'", self.remote, magic, extra={"remote": self.remote})
             return False
         self.magic_ok = True
         del buf[:4]

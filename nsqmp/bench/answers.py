@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.proc import cpu_seconds, readable_frames, send_all
 from nsqmp.bench.report import emit
 from nsqmp.client import wire
@@ -184,7 +185,8 @@ def render(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench answers", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench answers", formatter_class=ShowDefaults,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=500_000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--consumer-procs", type=int, default=2)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.suite import memory
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
@@ -96,7 +97,7 @@ def one(messages: int, size: int, channel: bool, flags: list[str], workdir: Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench backlog")
+    p = argparse.ArgumentParser(formatter_class=ShowDefaults, prog="nsqmp bench backlog")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--size", type=int, default=200)
     p.add_argument("--flag", action="append", default=[], help="a broker flag (repeat), e.g. --flag=--mem-queue-size=100")

@@ -18,6 +18,7 @@ import os
 import signal
 from types import SimpleNamespace
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.tool import run
 
 _MAGIC = 4
@@ -85,7 +86,7 @@ def measure(runfor: float, size: int = 200) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench floor")
+    p = argparse.ArgumentParser(formatter_class=ShowDefaults, prog="nsqmp bench floor")
     p.add_argument("--runfor", type=float, default=10.0)
     p.add_argument("--size", type=int, default=200)
     args = p.parse_args(argv)

@@ -38,6 +38,7 @@ from itertools import zip_longest
 from types import SimpleNamespace
 from typing import Any
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.ipc import records
 from nsqmp.timer.heap import NativeDeadlineHeap, PyDeadlineHeap
 
@@ -288,7 +289,8 @@ def run_one(args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench heap", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench heap", formatter_class=ShowDefaults,
+                                description=__doc__.split("\n")[0])
     p.add_argument("--impl", choices=("native", "python", "both"), default="both")
     p.add_argument("--inflight", type=int, default=1_000_000)
     p.add_argument("--deferred", type=int, default=1_000_000)

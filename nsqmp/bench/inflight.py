@@ -32,6 +32,7 @@ import time
 from collections import deque
 from typing import Any
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.report import emit
 from nsqmp.diskqueue.segment import encode
 from nsqmp.router import pyinflight, pyreadback
@@ -142,7 +143,8 @@ def render(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench inflight", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench inflight", formatter_class=ShowDefaults,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--inflight", type=int, default=1_000_000, help="messages held in flight")
     p.add_argument("--batch", type=int, default=2500, help="messages per flight (a consumer's RDY)")
     p.add_argument("--rounds", type=int, default=200, help="flights finished or landed, and flown again")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import orjson
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.percentiles import percentiles
 from nsqmp.client import wire
 
@@ -129,7 +130,8 @@ def run(addr: str, topic: str, rate: int, size: int, runfor: float, conns: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench latency", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench latency", formatter_class=ShowDefaults,
+                                description=__doc__.split("\n")[0])
     p.add_argument("--nsqd-tcp-address", default="", help="a running broker (default: start one)")
     p.add_argument("--topic", default="latency_bench")
     p.add_argument("--rate", type=int, default=50_000, help="messages per second")

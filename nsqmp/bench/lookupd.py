@@ -23,6 +23,7 @@ import time
 
 import orjson
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.lookupd.launcher import Lookupd
 
 _SIZE = struct.Struct(">i")
@@ -158,7 +159,8 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nsqmp.bench.lookupd", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="nsqmp bench lookupd", formatter_class=ShowDefaults,
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--producers", type=int, default=500, help="fake brokers (default 500)")
     parser.add_argument("--topics", type=int, default=1000, help="topics spread over them (default 1000)")
     parser.add_argument("--replicas", type=int, default=3, help="brokers per topic (default 3)")

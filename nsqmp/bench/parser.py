@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.report import emit
 from nsqmp.client import wire
 from nsqmp.protocol import pyparser
@@ -119,7 +120,8 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench parser", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench parser", formatter_class=ShowDefaults,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=200, help="message size (bytes)")
     p.add_argument("--batch", type=int, default=200, help="messages per MPUB")
     p.add_argument("--seconds", type=float, default=0.3, help="per round; three rounds per figure")

@@ -30,6 +30,7 @@ from typing import Any
 
 import posix_ipc
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.ipc.pyring import PyRing, ring_size
 from nsqmp.ipc.ring import NativeRing
 
@@ -270,9 +271,8 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="nsqmp bench ring", description="Two-process benchmark of the shared-memory ring."
-    )
+    ap = argparse.ArgumentParser(prog="nsqmp bench ring", formatter_class=ShowDefaults,
+                                 description="Two-process benchmark of the shared-memory ring.")
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=200, help="payload bytes per record")
     ap.add_argument(

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import orjson
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
 
@@ -75,7 +76,8 @@ def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsqmp.bench.spark", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench spark", formatter_class=ShowDefaults,
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--nsqd", help="nsqd TCP address; default: start a private broker on 127.0.0.1")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--size", type=int, default=200, help="message size in bytes")

@@ -20,7 +20,8 @@ from types import SimpleNamespace
 import orjson
 
 from nsqmp.bench import floor
-from nsqmp.bench.tool import run
+from nsqmp.bench.commands import ShowDefaults
+from nsqmp.bench.tool import BenchFailed, run
 from nsqmp.launcher import Broker
 
 # name, kind, conns, batch size, broker flags, nsqd 1.3.0 on this machine kind (msgs/s), topic
@@ -79,10 +80,18 @@ def _mixed(addr: str, conns: int, batch: int, runfor: float) -> dict:
                         conns=conns, batch_size=batch)
     r = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", channel="ch", runfor=runfor,
                         size=200, conns=2, rdy=2500, max_messages=0)
-    t = threading.Thread(target=lambda: results.__setitem__("reader", run("reader", r)))
+    def read() -> None:
+        try:
+            results["reader"] = run("reader", r)
+        except BenchFailed as exc:  # the writers' result says it, after the join
+            results["reader_error"] = exc
+
+    t = threading.Thread(target=read)
     t.start()
     results["writer"] = run("writer", w)
     t.join()
+    if "reader_error" in results:
+        raise results["reader_error"]
     out = results["writer"]
     out["msgs_out_per_sec"] = results["reader"]["msgs_per_sec"]
     return out
@@ -121,30 +130,53 @@ def one(name: str, kind: str, conns: int, batch: int, flags, runfor: float, work
     finally:
         code = broker.stop()
         if code != 0:
-            raise SystemExit(f"broker exited with {code}; log in {workdir / 'broker.log'}")
+            raise BenchFailed(f"broker exited with {code}; log in {workdir / 'broker.log'}")
+
+
+def parser() -> argparse.ArgumentParser:
+    """`nsqmp bench suite`'s options."""
+    p = argparse.ArgumentParser(prog="nsqmp bench suite", formatter_class=ShowDefaults,
+                                description="The standard workloads (make bench), each on a fresh broker, "
+                                            "repeated; a Markdown table of medians and ranges.")
+    p.add_argument("--reps", type=int, default=3, help="runs of each workload")
+    p.add_argument("--runfor", type=float, default=10.0, help="seconds each run publishes or reads")
+    p.add_argument("--only", action="append", default=[], help="substring of workload names to run")
+    p.add_argument("--out", default="bench-results", help="folder for the table and the raw figures")
+    p.add_argument("--broker-args", default="", metavar="ARGS",
+                   help="more options for every broker started, e.g. '--acceptor-nice 5' (tuning)")
+    return p
+
+
+def run_workload(name: str, kind: str, conns: int, batch: int, flags, runfor: float, topic: str) -> dict:
+    """One run of one workload; a failure (a connection's error, the broker's exit code)
+    comes back as {"name", "error"} so the suite goes on with the next."""
+    try:
+        if kind == "floor":
+            return {**floor.measure(runfor), "memory_kib": {}, "name": name}
+        with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
+            return one(name, kind, conns, batch, flags, runfor, Path(tmp), topic)
+    except (BenchFailed, SystemExit, Exception) as exc:  # noqa: BLE001 - reported by name, then on
+        return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench suite")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--runfor", type=float, default=10.0)
-    p.add_argument("--only", action="append", default=[], help="substring of workload names to run")
-    p.add_argument("--out", default="bench-results")
-    p.add_argument("--broker-args", default="", metavar="ARGS",
-                   help="more options for every broker started, e.g. '--acceptor-nice 5' (tuning)")
-    args = p.parse_args(argv)
+    """Run the chosen workloads --reps times; 1 if any run failed (the table says which)."""
+    args = parser().parse_args(argv)
     extra = shlex.split(args.broker_args)
     chosen = [w for w in WORKLOADS if not args.only or any(s in w[0] for s in args.only)]
     results: dict[str, list[dict]] = {w[0]: [] for w in chosen}
+    failed: list[tuple[int, str, str]] = []  # (rep, workload, error)
     for rep in range(args.reps):
         for name, kind, conns, batch, flags, _, topic in chosen:
-            if kind == "floor":
-                r = {**floor.measure(args.runfor), "memory_kib": {}, "name": name}
-            else:
-                with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
-                    r = one(name, kind, conns, batch, [*flags, *extra], args.runfor, Path(tmp), topic)
+            r = run_workload(name, kind, conns, batch, [*flags, *extra], args.runfor, topic)
+            if "error" in r:
+                failed.append((rep + 1, name, r["error"]))
+                print(f"rep {rep + 1}/{args.reps} {name}: FAILED: {r['error']}", flush=True)
+                continue
             results[name].append(r)
-            print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s", flush=True)
+            slowest = r.get("slowest_answer_ms")
+            wait = "" if slowest is None else f" (slowest answer {slowest:,.1f} ms)"
+            print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s{wait}", flush=True)
     lines = [
         f"nsqmp bench suite, {time.strftime('%Y-%m-%d %H:%M')}, {args.reps} runs of {args.runfor:g} s, 200-byte messages",
         "",
@@ -152,23 +184,36 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|",
     ]
     for name, kind, conns, batch, flags, nsqd, _ in chosen:
-        rates = [r["msgs_per_sec"] for r in results[name]]
-        med = statistics.median(rates)
-        pss = statistics.median(sum(m.get("pss", 0) for m in r["memory_kib"].values()) for r in results[name])
-        mib = "" if kind == "floor" else f"{pss / 1024:,.0f}"
-        lines.append(f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | "
-                     f"{med / nsqd:.2f}x | {mib} |")
-        if kind == "mixed":
-            outs = [r["msgs_out_per_sec"] for r in results[name]]
-            med_out = statistics.median(outs)
-            lines.append(f"| {name.replace('(in)', '(out)')} | {med_out:,.0f} | {min(outs):,.0f} - "
-                         f"{max(outs):,.0f} | 176,300 | {med_out / 176_300:.2f}x | |")
-    last = results[chosen[0][0]][-1]["memory_kib"]
-    lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "", "| process | RSS | PSS |", "|---|---|---|"]
-    for title, m in sorted(last.items()):
-        lines.append(f"| {title} | {m.get('rss', 0):,} | {m.get('pss', 0):,} |")
-    write_results(args.out, "", lines, results)
-    return 0
+        lines += _rows(name, kind, nsqd, results[name])
+    if failed:
+        lines += ["", "Failed runs:", ""] + [f"- rep {rep}, {name}: {error}" for rep, name, error in failed]
+    runs = results[chosen[0][0]] if chosen else []
+    if runs:
+        last = runs[-1]["memory_kib"]
+        lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "",
+                  "| process | RSS | PSS |", "|---|---|---|"]
+        for title, m in sorted(last.items()):
+            lines.append(f"| {title} | {m.get('rss', 0):,} | {m.get('pss', 0):,} |")
+    write_results(args.out, "", lines, {**results, "failed": [list(f) for f in failed]})
+    return 1 if failed else 0
+
+
+def _rows(name: str, kind: str, nsqd: int, runs: list[dict]) -> list[str]:
+    """The table's row(s) of one workload: medians and ranges of its runs that worked."""
+    if not runs:
+        return [f"| {name} | failed (see below) | | {nsqd:,} | | |"]
+    rates = [r["msgs_per_sec"] for r in runs]
+    med = statistics.median(rates)
+    pss = statistics.median(sum(m.get("pss", 0) for m in r["memory_kib"].values()) for r in runs)
+    mib = "" if kind == "floor" else f"{pss / 1024:,.0f}"
+    rows = [f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | "
+            f"{med / nsqd:.2f}x | {mib} |"]
+    if kind == "mixed":
+        outs = [r["msgs_out_per_sec"] for r in runs]
+        med_out = statistics.median(outs)
+        rows.append(f"| {name.replace('(in)', '(out)')} | {med_out:,.0f} | {min(outs):,.0f} - "
+                    f"{max(outs):,.0f} | 176,300 | {med_out / 176_300:.2f}x | |")
+    return rows
 
 
 def write_results(out_dir: str, prefix: str, lines: list[str], raw: dict) -> None:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import orjson
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.percentiles import percentiles
 from nsqmp.bench.proc import cpu_seconds, readable_frames, send_all
 from nsqmp.client import wire
@@ -155,7 +156,8 @@ def _niced(nice: int, target, *a) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench timer", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="nsqmp bench timer", formatter_class=ShowDefaults,
+                                description=__doc__.split("\n")[0])
     p.add_argument("--deferred", type=int, default=1_000_000)
     p.add_argument("--inflight", type=int, default=1_000_000)
     p.add_argument("--defer-min", type=float, default=20.0, help="seconds")

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
 
@@ -32,7 +33,7 @@ if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
 
 
 def _parser(kind: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"nsqmp bench {kind}")
+    p = argparse.ArgumentParser(formatter_class=ShowDefaults, prog=f"nsqmp bench {kind}")
     p.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150")
     p.add_argument("--topic", default="sub_bench")
     p.add_argument("--runfor", type=float, default=10.0, help="seconds")
@@ -48,25 +49,37 @@ def _parser(kind: str) -> argparse.ArgumentParser:
     return p
 
 
-def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None]:
-    """Send command and wait for its response until the wall clock passes until: (OKs,
-    None), or (OKs, (frame type, data)) of a response that was not OK. Pure-Python twin
-    of native/bench/client.c's publish_loop (which takes the socket's fd)."""
+def py_publish_loop(sock, command: bytes, until: float) -> tuple[int, tuple[int, bytes] | None, float]:
+    """Send command and wait for its response until time.monotonic() passes until: (OKs,
+    None, slowest), or (OKs, (frame type, data), slowest) of a response that was not OK;
+    slowest = the longest wait for an OK (seconds). A heartbeat that comes before the
+    response is answered with NOP and skipped (nsqd sends one every interval, however busy
+    the connection). Pure-Python twin of native/bench/client.c's publish_loop (which
+    takes the socket's fd)."""
     reader = wire.FrameReader()
-    oks = 0
-    while time.time() < until:
+    frames: list = []
+    oks, slowest = 0, 0.0
+    now = time.monotonic()
+    while now < until:
         sock.sendall(command)
-        frames: list = []
-        while not frames:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise ConnectionResetError("the broker closed the connection")
-            frames = reader.feed(data)
-        ftype, payload = frames[0]
+        while True:
+            while not frames:
+                data = sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionResetError("the broker closed the connection")
+                frames = reader.feed(data)
+            ftype, payload = frames.pop(0)
+            if ftype == wire.FRAME_RESPONSE and payload == b"_heartbeat_":
+                sock.sendall(wire.NOP)
+                continue
+            break
         if ftype != wire.FRAME_RESPONSE or payload != b"OK":
-            return oks, (ftype, payload)
+            return oks, (ftype, payload), slowest
         oks += 1
-    return oks, None
+        after = time.monotonic()
+        slowest = max(slowest, after - now)
+        now = after
+    return oks, None, slowest
 
 
 def _writer(args, start_at: float, out) -> None:
@@ -78,16 +91,16 @@ def _writer(args, start_at: float, out) -> None:
         cmd = wire.mpub(args.topic, [body] * args.batch_size)
     sock = conn.sock
     sock.settimeout(None)  # blocking: the loop runs in C with the GIL released
-    while time.time() < start_at:
+    while time.monotonic() < start_at:
         time.sleep(0.001)
     end = start_at + args.runfor
     if publish_loop is not None:
-        oks, error = publish_loop(sock.fileno(), cmd, end)
+        oks, error, slowest = publish_loop(sock.fileno(), cmd, end)
     else:
-        oks, error = py_publish_loop(sock, cmd, end)
+        oks, error, slowest = py_publish_loop(sock, cmd, end)
     if error is not None:
-        raise SystemExit(f"publish failed: {error[1]!r}")
-    out.send((oks * args.batch_size, time.time() - start_at))
+        raise BenchFailed(f"publish failed: {error[1]!r} (after {oks} OKs; slowest answer {slowest * 1000:.1f} ms)")
+    out.send(("ok", oks * args.batch_size, time.monotonic() - start_at, slowest))
     conn.close()
 
 
@@ -96,7 +109,7 @@ def _reader(args, start_at: float, out) -> None:
     conn.identify(client_id=f"bench-{os.getpid()}")
     conn.send(wire.sub(args.topic, args.channel))
     conn.expect_ok()
-    while time.time() < start_at:
+    while time.monotonic() < start_at:
         time.sleep(0.001)
     conn.send(wire.rdy(args.rdy))
     sock = conn.sock
@@ -105,8 +118,8 @@ def _reader(args, start_at: float, out) -> None:
     end = start_at + args.runfor
     count = 0
     limit = args.max_messages
-    last = time.time()
-    while time.time() < end and not (limit and count >= limit):
+    last = time.monotonic()
+    while time.monotonic() < end and not (limit and count >= limit):
         try:
             data = sock.recv(1 << 20)
         except TimeoutError:
@@ -118,36 +131,60 @@ def _reader(args, start_at: float, out) -> None:
         replies, messages, consumed, error = fin_replies(buf)
         del buf[:consumed]
         if error is not None:
-            raise SystemExit(f"error frame: {error!r}")
+            raise BenchFailed(f"error frame: {error!r}")
         if replies:
             count += messages
             if messages:
-                last = time.time()
+                last = time.monotonic()
             sock.sendall(replies)
-    out.send((count, (last if limit else time.time()) - start_at))
+    out.send(("ok", count, (last if limit else time.monotonic()) - start_at, None))
     conn.close()
 
 
+class BenchFailed(RuntimeError):
+    """A connection of a writer or reader run failed: the text says how."""
+
+
+def _connection(target, args, start_at: float, out) -> None:
+    """One connection's process: its result, or ("error", what went wrong), through out."""
+    try:
+        target(args, start_at, out)
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
+        out.send(("error", str(exc) or type(exc).__name__))
+        raise SystemExit(1) from None
+
+
 def run(kind: str, args) -> dict:
+    """Run `args.conns` writer or reader connections, each in its own process; raises
+    BenchFailed with the first failed connection's error."""
     ctx = mp.get_context("fork")
-    start_at = time.time() + 0.5
+    start_at = time.monotonic() + 0.5
     pipes, procs = [], []
     target = _writer if kind == "writer" else _reader
     for _ in range(args.conns):
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=target, args=(args, start_at, send), daemon=True)
+        p = ctx.Process(target=_connection, args=(target, args, start_at, send), daemon=True)
         p.start()
+        send.close()  # the child's copy only: its end shows at once as EOF here
         pipes.append(recv)
         procs.append(p)
-    total, duration = 0, 0.0
+    total, duration, slowest = 0, 0.0, None
+    failures: list[str] = []
     for recv, p in zip(pipes, procs):
-        if recv.poll(args.runfor + 60):
-            count, took = recv.recv()
-            total += count
-            duration = max(duration, took)
+        try:
+            answer = recv.recv() if recv.poll(args.runfor + 60) else ("error", "no result in time")
+        except EOFError:
+            answer = ("error", "ended without a result")
         p.join(10)
-        if p.exitcode not in (0, None):
-            raise SystemExit(f"a {kind} connection failed (exit code {p.exitcode})")
+        if answer[0] == "ok":
+            total += answer[1]
+            duration = max(duration, answer[2])
+            if answer[3] is not None:  # a writer's longest wait for an OK
+                slowest = max(slowest or 0.0, answer[3])
+        else:
+            failures.append(f"{answer[1]} (exit code {p.exitcode})")
+    if failures:
+        raise BenchFailed(f"{len(failures)} of {args.conns} {kind} connections failed: {failures[0]}")
     duration = duration or args.runfor
     rate = total / duration
     return {
@@ -155,13 +192,19 @@ def run(kind: str, args) -> dict:
         "batch_size": getattr(args, "batch_size", None),
         "messages": total, "seconds": round(duration, 3),
         "msgs_per_sec": round(rate, 1), "mb_per_sec": round(rate * args.size / 1e6, 3),
+        # a writer's longest wait for an OK: a broker stall shows here (None for readers)
+        "slowest_answer_ms": None if slowest is None else round(slowest * 1000, 3),
     }
 
 
 def main(argv: list[str]) -> int:
     kind = argv[0]
     args = _parser(kind).parse_args(argv[1:])
-    result = run(kind, args)
+    try:
+        result = run(kind, args)
+    except BenchFailed as exc:
+        print(f"[bench_{kind}] {exc}", file=sys.stderr)
+        return 1
     ops = result["msgs_per_sec"]
     print(f"[bench_{kind}] {time.strftime('%Y/%m/%d %H:%M:%S')} duration: {result['seconds']}s - "
           f"{result['mb_per_sec']:.3f}mb/s - {ops:.3f}ops/s - {1e6 / ops if ops else 0:.3f}us/op")

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.suite import one, write_results
 
 KNOBS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
@@ -39,7 +40,7 @@ def _pss_mib(result: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsqmp bench tuning")
+    p = argparse.ArgumentParser(formatter_class=ShowDefaults, prog="nsqmp bench tuning")
     p.add_argument("--runfor", type=float, default=5.0)
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--only", action="append", default=[])

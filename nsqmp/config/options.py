@@ -986,6 +986,12 @@ OPTIONS: tuple[Option, ...] = (
         "Deprecated in nsqd and ignored; use log-level = \"debug\".",
         section="logging",
     ),
+    Option(
+        "log-format", STR, "text",
+        "How log lines are written: text (nsqd's lines) or json (one object per line: time, "
+        "level, role, pid, msg and the line's fields, for log shippers).",
+        section="logging", nsqd=False, choices=("text", "json"),
+    ),
     # -- nsqmp's own ------------------------------------------------------------------
     Option(
         "acceptors", INT, None,

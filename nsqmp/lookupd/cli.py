@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from nsqmp.golog import LEVELS as _LEVELS, GoLogFormatter
+from nsqmp import golog
+from nsqmp.golog import GoLogFormatter
 from nsqmp.lookupd import version_string
 from nsqmp.lookupd.options import (
     ConfigFileError, HelpRequested, UsageError, parse_flags, resolve, usage,
@@ -45,12 +46,8 @@ def run(argv: list[str], prog: str = "nsqlookupd", defaults: dict | None = None)
     except ConfigFileError as exc:
         return _fatal(str(exc))
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(GoLogFormatter(opts.log_prefix))
-    log = logging.getLogger("nsqmp.lookupd")
-    log.handlers[:] = [handler]
-    log.setLevel(_LEVELS[opts.log_level])
-    log.propagate = False
+    golog.setup(opts.log_level, opts.log_format, opts.log_prefix, nsqd_style=True,
+                logger="nsqmp.lookupd", role="lookupd")
 
     from nsqmp.lookupd.server import LookupdServer
 

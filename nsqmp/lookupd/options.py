@@ -22,6 +22,7 @@ from nsqmp.config.options import parse_duration
 
 STRING, BOOL, DURATION, LOGLEVEL = "string", "bool", "duration", "value"
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+LOG_FORMATS = ("text", "json")
 _GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
@@ -40,6 +41,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("version", BOOL, False, "print version string"),
     Flag("log-level", LOGLEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal", "log_level"),
     Flag("log-prefix", STRING, "[nsqlookupd] ", "log message prefix", "log_prefix"),
+    # nsqmp's own: one JSON object per line for log shippers (nsqmp/golog.py)
+    Flag("log-format", STRING, "text", "log line format: text or json", "log_format"),
     Flag("verbose", BOOL, False, "[deprecated] has no effect, use --log-level"),
     Flag("tcp-address", STRING, "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients", "tcp_address"),
     Flag("http-address", STRING, "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients", "http_address"),
@@ -65,6 +68,7 @@ class Options:
     tombstone_lifetime: float
     log_level: str
     log_prefix: str
+    log_format: str = "text"
 
 
 class UsageError(Exception):
@@ -97,6 +101,8 @@ def _parse_value(flag: Flag, text: str) -> Any:
         if text.lower() not in LOG_LEVELS:
             raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
         return text.lower()
+    if flag.name == "log-format" and text not in LOG_FORMATS:
+        raise ValueError(f"invalid log format '{text}' (text, json)")
     return text
 
 
@@ -231,4 +237,5 @@ def resolve(flags: dict[str, Any], defaults: dict[str, Any] | None = None) -> Op
         tombstone_lifetime=merged["tombstone-lifetime"],
         log_level=merged["log-level"],
         log_prefix=merged["log-prefix"],
+        log_format=merged["log-format"],
     )

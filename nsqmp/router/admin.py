@@ -6,9 +6,12 @@ topic's meta.json, so a restart shows the same topics, channels and pauses.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 
 from nsqmp.ipc import records
+
+log = logging.getLogger("nsqmp.router")
 
 
 def _topic(router, request, create: bool = False):
@@ -29,7 +32,9 @@ def topic_delete(router, request) -> dict:
     topic = _topic(router, request)
     if topic is None:
         return {"error": "TOPIC_NOT_FOUND"}
+    _log(router, "TOPIC(%s): deleting", topic)
     for ch in list(topic.channels.values()):
+        _log(router, "CHANNEL(%s): deleting", topic, ch)
         _close_channel(router, ch)
     if router.topics.pop(topic.name, None) is not None:  # an ephemeral one went with its last channel
         router.lookup.announce(False, topic.name)
@@ -38,7 +43,6 @@ def topic_delete(router, request) -> dict:
     gone = records.topic_gone(topic.name)
     for i in range(router.plan.acceptors):
         router.endpoint.send(router.plan.acceptor_slot(i), gone)
-    router.log.info("deleted topic %s", topic.name.decode())
     return {}
 
 
@@ -46,6 +50,7 @@ def topic_empty(router, request) -> dict:
     topic = _topic(router, request)
     if topic is None:
         return {"error": "TOPIC_NOT_FOUND"}
+    _log(router, "TOPIC(%s): emptying", topic)
     for m, _ in topic.backlog:
         if m.segment is not None:
             # held by a paused topic: its channels never get it, even once it is unpaused
@@ -80,6 +85,7 @@ def topic_pause(router, request, paused: bool = True) -> dict:
     topic = _topic(router, request)
     if topic is None:
         return {"error": "TOPIC_NOT_FOUND"}
+    _log(router, "TOPIC(%s): pausing" if paused else "TOPIC(%s): unpausing", topic)
     if paused and not topic.paused:
         topic.meta.paused_at = topic.held_from()
     topic.paused = topic.meta.paused = paused
@@ -126,6 +132,7 @@ def channel_empty(router, request) -> dict:
     if err:
         return err
     topic = ch.topic
+    _log(router, "TOPIC(%s): emptying channel %s", topic, ch, ch.name)
     ch.clear()
     if ch.id:
         ch.start = dict(topic.hwm)  # a restart must not bring the emptied messages back
@@ -140,6 +147,8 @@ def channel_pause(router, request, paused: bool = True) -> dict:
     ch, err = _channel(router, request)
     if err:
         return err
+    _log(router, "TOPIC(%s): pausing channel %s" if paused else "TOPIC(%s): unpausing channel %s",
+         ch.topic, ch, ch.name)
     ch.paused = paused
     for cm in ch.topic.meta.channels:
         if cm.id == ch.id and ch.id:
@@ -154,6 +163,18 @@ def _close_channel(router, ch) -> None:
     for c in list(ch.consumers.values()):
         router.endpoint.send(records.conn_acceptor(c.conn), records.close_conn(c.conn))
         router.subscriptions.drop(c)
+
+
+def _log(router, text: str, topic, ch=None, *more: bytes) -> None:
+    """An operation's line (INFO), the topic's name first, then `more` names, with the
+    topic and channel as the line's fields."""
+    fields = {"topic": topic.name.decode(errors="replace")}
+    if ch is not None:
+        fields["channel"] = ch.name.decode(errors="replace")
+    if ch is not None and text.startswith("CHANNEL("):
+        log.info(text, fields["channel"], extra=fields)
+        return
+    log.info(text, fields["topic"], *(m.decode(errors="replace") for m in more), extra=fields)
 
 
 def config_set(router, request) -> dict:

@@ -10,6 +10,7 @@ tick around it are router/delivery.py.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 
 from nsqmp import memstats
@@ -23,6 +24,9 @@ from nsqmp.router.lookup import LookupLink
 from nsqmp.router.subscriptions import Subscriptions
 from nsqmp.router.topic import Topic, TopicLinks
 from nsqmp.roles import Role
+
+# topic and channel events (nsqd's lines), under the router's name
+log = logging.getLogger("nsqmp.router")
 
 # Automatic collections of the young generations only, small enough to stay short: a
 # gen-0 pass every _GC_YOUNG net allocations (about 1-3 ms), a gen-1 pass every third.
@@ -167,6 +171,7 @@ class Router(Role):
                 topic.e2e = (self.opts.e2e_processing_latency_window_time,
                              tuple(self.opts.e2e_processing_latency_percentiles))
             self.lookup.topic_created(topic)
+            log.info("TOPIC(%s): created", name.decode(errors="replace"), extra=_fields(name))
         return topic
 
     def get_channel(self, topic: Topic, name: bytes, start: dict | None = None) -> Channel:
@@ -176,6 +181,8 @@ class Router(Role):
         ch = topic.get_channel(name, start)
         if new:
             self.lookup.announce(True, topic.name, name)
+            log.info("TOPIC(%s): new channel(%s)", topic.name.decode(errors="replace"),
+                          name.decode(errors="replace"), extra=_fields(topic.name, name))
         return ch
 
     def delete_channel(self, ch: Channel) -> None:
@@ -183,9 +190,13 @@ class Router(Role):
         topic = ch.topic
         if not topic.delete_channel(ch):
             return
+        tname, cname = topic.name.decode(errors="replace"), ch.name.decode(errors="replace")
+        log.info("TOPIC(%s): deleting channel %s", tname, cname, extra=_fields(topic.name, ch.name))
+        log.info("CHANNEL(%s): deleting", cname, extra=_fields(topic.name, ch.name))
         self.delivery.forget(ch)
         self.lookup.announce(False, topic.name, ch.name)
         if topic.ephemeral and not topic.channels and self.topics.pop(topic.name, None) is not None:
+            log.info("TOPIC(%s): deleting", tname, extra=_fields(topic.name))
             self.lookup.announce(False, topic.name)
 
     # -- publish ---------------------------------------------------------------------------------
@@ -286,4 +297,12 @@ class Router(Role):
     async def stop(self) -> None:
         """Append and sync every pending acknowledgement; the next router recovers the rest."""
         for topic in self.topics.values():
+            log.info("TOPIC(%s): closing", topic.name.decode(errors="replace"), extra=_fields(topic.name))
             topic.close()
+
+
+def _fields(topic: bytes, channel: bytes | None = None) -> dict[str, str]:
+    """The fields of a topic's or channel's log line (--log-format json)."""
+    if channel is None:
+        return {"topic": topic.decode(errors="replace")}
+    return {"topic": topic.decode(errors="replace"), "channel": channel.decode(errors="replace")}

@@ -6,6 +6,7 @@ consumers (conn -> Consumer) and calls the router's public names and the channel
 """
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,9 @@ from nsqmp.router.flight import Consumer
 
 if TYPE_CHECKING:
     from nsqmp.router.role import Router
+
+
+log = logging.getLogger("nsqmp.router")
 
 
 class Subscriptions:
@@ -67,6 +71,12 @@ class Subscriptions:
         consumer = Consumer(conn, ch, orjson.loads(info))
         ch.consumers[conn] = consumer
         self.consumers[conn] = consumer
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("CHANNEL(%s): new client(%s) of topic %s", channel_name.decode(errors="replace"),
+                        consumer.info.get("remote_address", ""), topic_name.decode(errors="replace"),
+                        extra={"topic": topic_name.decode(errors="replace"),
+                               "channel": channel_name.decode(errors="replace"),
+                               "remote": consumer.info.get("remote_address", "")})
         r.endpoint.send(src, records.sub_ok(conn))
 
     def on_rdy(self, src: int, rec: bytes) -> None:

@@ -312,7 +312,9 @@ def test_nsqmp_own_options_are_marked() -> None:
     own = {o.name for o in OPTIONS if not o.nsqd}
     assert {"acceptors", "routers", "ring-size", "heartbeat-timeout", "restart-backoff",
             "max-topic-bytes", "topic-full-policy"} <= own
-    assert all(OPTIONS_BY_NAME[n].section in ("processes", "storage") for n in own)
+    # nsqmp's own: the process and storage options, and log-format (issue 21)
+    assert all(OPTIONS_BY_NAME[n].section in ("processes", "storage") for n in own - {"log-format"})
+    assert OPTIONS_BY_NAME["log-format"].section == "logging"
     assert OPTIONS_BY_NAME["acceptors"].origin == "nsqmp"
     assert OPTIONS_BY_NAME["msg-timeout"].origin == "nsqd"
 

@@ -214,7 +214,14 @@ class Endpoint:
             if not pending:
                 continue
             ring = self.out[dst]
-            written, wake = ring.push_many(pending)
+            try:
+                written, wake = ring.push_many(pending)
+            except ValueError:  # a record larger than the ring allows (push_many published none)
+                _drop_oversized(pending, ring.max_record)
+                if not pending:
+                    self._blocked.discard(dst)
+                    continue
+                written, wake = ring.push_many(pending)
             if wake:
                 self._doorbells[dst].ring()
             if written == len(pending):
@@ -222,11 +229,8 @@ class Endpoint:
                 self._blocked.discard(dst)
                 continue
             del pending[:written]
-            if len(pending[0]) > ring.max_record:
-                log.error("dropping a %d-byte record larger than the ring allows", len(pending[0]))
-                del pending[0]
             self._blocked.add(dst)
-            if not ring.prepare_wait(len(pending[0]) if pending else 0):
+            if not ring.prepare_wait(len(pending[0])):
                 # space appeared between the push and the announcement: try again soon
                 if self._schedule is not None and not self._flush_scheduled:
                     self._flush_scheduled = True
@@ -370,3 +374,14 @@ def attach_to_loop(loop, endpoint: Endpoint, handle: Callable[[int, bytes], None
     loop.add_reader(endpoint.doorbell.fd, on_doorbell)
     # records may have arrived before we attached (a restarted process): look once now
     on_doorbell()
+
+
+def _drop_oversized(pending: list, max_record: int) -> None:
+    """Drop, with an error line each, the records no ring of this size can ever take (the
+    option checks keep publishes under the limit; this keeps any other record from
+    stopping the flush for good)."""
+    keep = [rec for rec in pending if len(rec) <= max_record]
+    for rec in pending:
+        if len(rec) > max_record:
+            log.error("dropping a %d-byte record larger than the ring allows", len(rec))
+    pending[:] = keep

@@ -263,3 +263,28 @@ def test_an_endpoint_attached_to_a_loop_ends_its_process_when_a_handler_raises(p
             "after it were not handled: ending the process (exit 70) so the supervisor restarts it") in text
     assert "ValueError: a handler's bug" in text  # the handler's traceback
     assert not (tmp_path / "handled").exists()
+
+
+def test_a_dropped_oversized_record_does_not_leave_its_ring_blocked(pair, caplog):
+    """A record larger than the ring allows is dropped with an error; when it was the only
+    one waiting, the destination is not left blocked (else on_unblocked never fires and the
+    publishers held behind it stay held)."""
+    acceptor, router, plan = pair
+    ring = acceptor.out[plan.router_slot(0)]
+    unblocked = []
+    acceptor.on_unblocked = lambda: unblocked.append(True)
+    filler = b"x" * (ring.max_record - 64)
+    sent = 0
+    while True:  # fill the ring until a record waits
+        acceptor.send(plan.router_slot(0), filler)
+        acceptor.flush()
+        sent += 1
+        if acceptor._blocked:
+            break
+        assert sent < 64
+    acceptor.send(plan.router_slot(0), b"y" * (ring.max_record + 1))
+    assert router.drain(lambda src, rec: None) >= 1  # room again: the filler goes, the giant is dropped
+    acceptor.flush()
+    assert not acceptor._blocked
+    assert unblocked == [True]
+    assert "larger than the ring allows" in caplog.text

@@ -193,12 +193,12 @@ COMMANDS: dict[str, tuple] = {
     "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
     "bench": (cmd_bench, "writer/reader load generators; ring, heap and parser benchmarks"),
-    "tail": (utils.tail, "print a topic's messages to stdout (nsq_tail)"),
-    "to-file": (utils.to_file, "write a topic's messages to rotated, optionally gzipped files (nsq_to_file)"),
-    "to-http": (utils.to_http, "send a topic's messages to HTTP endpoints, GET or POST (nsq_to_http)"),
-    "to-nsq": (utils.to_nsq, "publish stdin to a topic, one message per line (to_nsq)"),
-    "nsq-to-nsq": (utils.nsq_to_nsq, "copy topics from brokers to other brokers (nsq_to_nsq)"),
-    "stat": (utils.stat, "a rolling table of a topic/channel's stats over its brokers (nsq_stat)"),
+    "tail": (utils.cmd_tail, "print a topic's messages to stdout (nsq_tail)"),
+    "to-file": (utils.cmd_to_file, "write a topic's messages to rotated, optionally gzipped files (nsq_to_file)"),
+    "to-http": (utils.cmd_to_http, "send a topic's messages to HTTP endpoints, GET or POST (nsq_to_http)"),
+    "to-nsq": (utils.cmd_to_nsq, "publish stdin to a topic, one message per line (to_nsq)"),
+    "nsq-to-nsq": (utils.cmd_nsq_to_nsq, "copy topics from brokers to other brokers (nsq_to_nsq)"),
+    "stat": (utils.cmd_stat, "a rolling table of a topic/channel's stats over its brokers (nsq_stat)"),
 }
 
 

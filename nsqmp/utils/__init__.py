@@ -38,12 +38,12 @@ def _entry(command: str) -> Callable[[list[str]], int]:
     return entry
 
 
-tail = _entry("tail")
-to_file = _entry("to-file")
-to_http = _entry("to-http")
-to_nsq = _entry("to-nsq")
-nsq_to_nsq = _entry("nsq-to-nsq")
-stat = _entry("stat")
+cmd_tail = _entry("tail")
+cmd_to_file = _entry("to-file")
+cmd_to_http = _entry("to-http")
+cmd_to_nsq = _entry("to-nsq")
+cmd_nsq_to_nsq = _entry("nsq-to-nsq")
+cmd_stat = _entry("stat")
 
 
 def _script(command: str) -> Callable[[], None]:

@@ -17,7 +17,7 @@ import logging
 import re
 import signal
 import time
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from types import SimpleNamespace
 
 from nsqmp.client import lookup
@@ -184,7 +184,10 @@ def _loop(ns: SimpleNamespace, topics: dict[str, Topic], queue: SimpleQueue, sig
     while not signals.stop:
         now = time.monotonic()
         due = min([t.next_sync for t in topics.values()] + ([next_refresh] if refresh else []), default=now + 1.0)
-        msg = queue.get(timeout=max(0.0, due - now)) if due > now else None
+        try:
+            msg = queue.get(timeout=due - now) if due > now else None
+        except Empty:
+            msg = None
         if msg is not None:
             topics[msg.topic].write(msg)
             continue

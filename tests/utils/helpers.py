@@ -27,13 +27,20 @@ class Util:
         try:
             return self.proc.wait(timeout)
         finally:
-            self._err.close()
+            self._close()
+
+    def _close(self) -> None:
+        self._err.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
-        self._err.close()
+        self._close()
 
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")

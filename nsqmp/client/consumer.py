@@ -2,14 +2,14 @@
 
 go-nsq's Consumer, as far as the nsq_* utilities use it: IDENTIFY, SUB, RDY shared out
 over the connections (max_in_flight / connections, at least 1), heartbeats answered,
-messages handed to the caller through a queue, FIN/REQ/TOUCH on the message, lookupd
+messages handed to the caller through a MessageQueue, FIN/REQ/TOUCH on the message, lookupd
 polling (one lookupd per poll, in turn, every lookupd_poll_interval), a message tried more
 than max_attempts times finished and logged, and CLS on stop. There is no RDY backoff
 after a requeue: a requeued message waits its REQ delay in the broker.
 
 Threads (see nsqmp.client.link): one reader per connection, one lookupd poller. The
-caller takes messages with get() from any thread; the queue is a SimpleQueue, whose put()
-is safe from a signal handler, so a tool can wake its own loop with wake().
+caller takes messages with get() from any thread; the queue is built on a SimpleQueue,
+whose put() is safe from a signal handler, so a tool can wake its own loop with wake().
 """
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ log = logging.getLogger("nsqmp.client")
 class Message:
     """A delivered message; finish(), requeue() or touch() answer it on its connection."""
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "topic", "responded", "_consumer", "_link")
+    __slots__ = ("id", "body", "timestamp", "attempts", "topic", "responded", "_held", "_consumer", "_link")
 
     def __init__(self, m: wire.Message, topic: str, consumer: Consumer, link: Link) -> None:
         self.id, self.body, self.timestamp, self.attempts = m.id, m.body, m.timestamp, m.attempts
         self.topic = topic
         self.responded = False
+        self._held = False
         self._consumer = consumer
         self._link = link
 
@@ -62,20 +63,76 @@ class Message:
             if self.responded:
                 return False
             self.responded = True
-            self._consumer.in_flight[link] -= 1
+            if self._held:
+                self._consumer.held[link] -= 1
             return link.send_locked(data)
+
+    def _take(self) -> None:
+        """The caller has it now (MessageQueue.get): it counts for starved()."""
+        link = self._link
+        with link.lock:
+            if not self.responded and link in self._consumer.held:
+                self._held = True
+                self._consumer.held[link] += 1
+
+
+def finish_all(messages: list[Message]) -> None:
+    """FIN each message; one write per connection for the lot (nsq_to_file FINishes
+    hundreds after each sync)."""
+    by_link: dict[Link, list[bytes]] = {}
+    for msg in messages:
+        by_link.setdefault(msg._link, []).append(msg.id)
+    for link, ids in by_link.items():
+        data = []
+        with link.lock:
+            for msg in messages:
+                if msg._link is link and not msg.responded:
+                    msg.responded = True
+                    if msg._held:
+                        msg._consumer.held[link] -= 1
+                    data.append(wire.fin(msg.id))
+            link.send_locked(b"".join(data))
+
+
+class MessageQueue:
+    """Delivered messages of one or more consumers, in arrival order; None wakes a get()."""
+
+    def __init__(self) -> None:
+        self._queue: SimpleQueue = SimpleQueue()
+
+    def put(self, msg: Message | None) -> None:
+        """Reentrant (SimpleQueue): safe in a signal handler."""
+        self._queue.put(msg)
+
+    def wake(self) -> None:
+        """Make a waiting get() return None."""
+        self._queue.put(None)
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after `timeout` or a wake()."""
+        try:
+            msg = self._queue.get(timeout=timeout)
+        except Empty:
+            return None
+        if msg is not None:
+            msg._take()
+        return msg
 
 
 class Consumer:
     """Connect with connect_to_nsqds() or connect_to_lookupds(); take messages with get()."""
 
-    def __init__(self, topic: str, channel: str, config: Config, queue: SimpleQueue | None = None) -> None:
+    def __init__(self, topic: str, channel: str, config: Config, queue: MessageQueue | None = None) -> None:
         self.topic = topic
         self.channel = channel
         self.config = config
-        self.queue: SimpleQueue = queue if queue is not None else SimpleQueue()
+        self.queue = queue if queue is not None else MessageQueue()
         self.links: dict[str, Link] = {}
-        self.in_flight: dict[Link, int] = {}  # guarded by each link's lock
+        # taken by the caller and not answered, per connection (each guarded by its link's lock)
+        self.held: dict[Link, int] = {}
         self.rdy: dict[Link, int] = {}
         self.close_wait: dict[Link, threading.Event] = {}
         self.stopping = False
@@ -124,7 +181,7 @@ class Consumer:
                 link.close()
                 raise ConnectionError(f"{self._prefix} ({address}) SUB failed: {error_text(data)}")
             self.links[address] = link
-            self.in_flight[link] = 0
+            self.held[link] = 0
             self.rdy[link] = 0
             self.close_wait[link] = threading.Event()
             link.start(f"nsq {address} {self._prefix}")
@@ -191,8 +248,6 @@ class Consumer:
     def _on_frame(self, link: Link, ftype: int, data: bytes) -> None:
         if ftype == wire.FRAME_MESSAGE:
             msg = Message(wire.decode_message(data), self.topic, self, link)
-            with link.lock:
-                self.in_flight[link] += 1
             self.received += 1
             max_attempts = self.config.max_attempts
             if max_attempts > 0 and msg.attempts > max_attempts:
@@ -225,18 +280,17 @@ class Consumer:
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message (of this consumer, or of any sharing its queue), or None after
         `timeout` or a wake()."""
-        try:
-            return self.queue.get(timeout=timeout)
-        except Empty:
-            return None
+        return self.queue.get(timeout)
 
     def wake(self) -> None:
         """Make a waiting get() return None (safe in a signal handler)."""
-        self.queue.put(None)
+        self.queue.wake()
 
     def starved(self) -> bool:
-        """go-nsq's IsStarved: some connection holds at least 85% of its RDY in flight."""
-        for link, count in list(self.in_flight.items()):
+        """go-nsq's IsStarved: the caller holds (has taken and not answered) at least 85%
+        of some connection's RDY, so that broker sends no more until it answers some.
+        Messages still in the queue do not count: go-nsq's reader has not read them yet."""
+        for link, count in list(self.held.items()):
             if count > 0 and count >= int(self.rdy.get(link, 0) * 0.85) and not self.stopping:
                 return True
         return False

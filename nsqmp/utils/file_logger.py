@@ -13,6 +13,7 @@ import gzip
 import logging
 import os
 import socket
+import time
 from types import SimpleNamespace
 from typing import BinaryIO
 
@@ -72,9 +73,17 @@ class FileLogger:
         self.open_time = 0.0
         self.filesize = 0
         self.rev = 0
+        self._named_at = -1
+        self._name = ""
 
     def current_filename(self) -> str:
-        return self.fmt.replace("<DATETIME>", strftime(self.opts.datetime_format, datetime.datetime.now()))
+        """The name for now (<DATETIME> filled in; formatted once a second at most: it is
+        asked for each message)."""
+        second = int(time.time())
+        if second != self._named_at:
+            self._named_at = second
+            self._name = self.fmt.replace("<DATETIME>", strftime(self.opts.datetime_format, datetime.datetime.now()))
+        return self._name
 
     def needs_rotation(self, now: float) -> bool:
         """No file yet, a new <DATETIME>, --rotate-interval passed or --rotate-size exceeded."""

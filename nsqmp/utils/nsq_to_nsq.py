@@ -13,12 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from queue import SimpleQueue
 from types import SimpleNamespace
 
 import orjson
 
-from nsqmp.client.consumer import Consumer, Message
+from nsqmp.client.consumer import Consumer, Message, MessageQueue
 from nsqmp.client.producer import Producer
 from nsqmp.protocol.names import is_valid_name
 from nsqmp.utils.common import (
@@ -181,8 +180,8 @@ def nsq_to_nsq(ns: SimpleNamespace) -> int:
     producers = {addr: Producer(addr, pcfg) for addr in dict.fromkeys(ns.destination_nsqd_tcp_address)}
     publisher = Publisher(ns, producers)
     filt = JSONFilter(ns)
-    queue: SimpleQueue = SimpleQueue()
-    signals = Signals(wake=lambda: queue.put(None))
+    queue = MessageQueue()
+    signals = Signals(wake=queue.wake)
     ccfg = client_config(ns.consumer_opt, ua, ns.max_in_flight)
     consumers = [Consumer(topic, ns.channel, ccfg, queue) for topic in ns.topic]
     try:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 import random
 import sys
-from queue import SimpleQueue
 from types import SimpleNamespace
 
-from nsqmp.client.consumer import Consumer
+from nsqmp.client.consumer import Consumer, MessageQueue
 from nsqmp.utils.common import (
     Fatal, Signals, add_sources, add_version, check_sources, client_config, fatal_line, run, setup_logging,
     user_agent,
@@ -54,8 +53,8 @@ def tail(ns: SimpleNamespace) -> int:
     if 0 < ns.n < max_in_flight:  # don't ask for more messages than we want
         max_in_flight = ns.n
     cfg = client_config(ns.consumer_opt, user_agent(TOOL), max_in_flight)
-    queue: SimpleQueue = SimpleQueue()
-    signals = Signals(wake=lambda: queue.put(None))
+    queue = MessageQueue()
+    signals = Signals(wake=queue.wake)
     consumers = []
     try:
         for topic in ns.topic:
@@ -73,7 +72,7 @@ def tail(ns: SimpleNamespace) -> int:
     return 0
 
 
-def _print_messages(queue: SimpleQueue, signals: Signals, total: int, print_topic: bool) -> None:
+def _print_messages(queue: MessageQueue, signals: Signals, total: int, print_topic: bool) -> None:
     out = sys.stdout.buffer
     shown: dict[str, int] = {}
     while not signals.stop:

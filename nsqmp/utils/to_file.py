@@ -17,11 +17,10 @@ import logging
 import re
 import signal
 import time
-from queue import Empty, SimpleQueue
 from types import SimpleNamespace
 
 from nsqmp.client import lookup
-from nsqmp.client.consumer import Consumer, Message
+from nsqmp.client.consumer import Consumer, Message, MessageQueue, finish_all
 from nsqmp.utils.common import (
     Fatal, Signals, add_sources, add_version, check_sources, client_config, run, setup_logging, user_agent,
 )
@@ -89,7 +88,7 @@ def check(ns: SimpleNamespace) -> None:
 class Topic:
     """A topic's consumer, its file and the messages written but not yet FINished."""
 
-    def __init__(self, ns: SimpleNamespace, topic: str, queue: SimpleQueue) -> None:
+    def __init__(self, ns: SimpleNamespace, topic: str, queue: MessageQueue) -> None:
         self.file = FileLogger(ns, topic)  # raises ValueError for a bad --filename-format
         self.consumer = Consumer(topic, ns.channel, client_config(ns.consumer_opt, user_agent(TOOL),
                                                                   ns.max_in_flight), queue)
@@ -129,8 +128,7 @@ class Topic:
         elif self.pending:
             log.info("%s syncing %d records to disk", self.file.tag, len(self.pending))
             self.file.sync()
-        for msg in self.pending:
-            msg.finish()
+        finish_all(self.pending)
         self.pending.clear()
 
 
@@ -140,8 +138,8 @@ def to_file(ns: SimpleNamespace) -> int:
     if not ns.work_dir:
         ns.work_dir = ns.output_dir
     setup_logging(ns.log_prefix, ns.log_level)
-    queue: SimpleQueue = SimpleQueue()
-    signals = Signals(hup=True, wake=lambda: queue.put(None))
+    queue = MessageQueue()
+    signals = Signals(hup=True, wake=queue.wake)
     topics: dict[str, Topic] = {}
     try:
         _add_topics(ns, topics, ns.topic, queue)
@@ -158,7 +156,7 @@ def to_file(ns: SimpleNamespace) -> int:
     return 0
 
 
-def _add_topics(ns: SimpleNamespace, topics: dict[str, Topic], names: list[str], queue: SimpleQueue) -> None:
+def _add_topics(ns: SimpleNamespace, topics: dict[str, Topic], names: list[str], queue: MessageQueue) -> None:
     """TopicDiscoverer.updateTopics: a Topic for each new name the pattern allows."""
     for name in names:
         if name in topics:
@@ -178,16 +176,13 @@ def _add_topics(ns: SimpleNamespace, topics: dict[str, Topic], names: list[str],
             log.error("couldn't create logger for new topic %s: %s", name, exc)
 
 
-def _loop(ns: SimpleNamespace, topics: dict[str, Topic], queue: SimpleQueue, signals: Signals) -> None:
+def _loop(ns: SimpleNamespace, topics: dict[str, Topic], queue: MessageQueue, signals: Signals) -> None:
     refresh = not ns.topic
     next_refresh = time.monotonic() + ns.topic_refresh
     while not signals.stop:
         now = time.monotonic()
         due = min([t.next_sync for t in topics.values()] + ([next_refresh] if refresh else []), default=now + 1.0)
-        try:
-            msg = queue.get(timeout=due - now) if due > now else None
-        except Empty:
-            msg = None
+        msg = queue.get(timeout=due - now) if due > now else None
         if msg is not None:
             topics[msg.topic].write(msg)
             continue
@@ -209,7 +204,7 @@ def _loop(ns: SimpleNamespace, topics: dict[str, Topic], queue: SimpleQueue, sig
             _add_topics(ns, topics, names, queue)
 
 
-def _shut_down(topics: dict[str, Topic], queue: SimpleQueue) -> None:
+def _shut_down(topics: dict[str, Topic], queue: MessageQueue) -> None:
     """CLS everywhere, write what already arrived, sync, FIN, close files and connections."""
     for t in topics.values():
         t.consumer.stop()

@@ -108,7 +108,8 @@ class Link:
     def _read_loop(self) -> None:
         conn = self._conn
         assert conn is not None
-        conn.sock.settimeout(None)  # heartbeats keep a live connection talking
+        # go-nsq's ReadTimeout: a live broker talks (heartbeats) well within it; a silent one is dropped
+        conn.sock.settimeout(self.config.read_timeout)
         try:
             for ftype, data in conn.pending:
                 self.on_frame(self, ftype, data)

@@ -7,6 +7,7 @@ after N messages of a topic; SIGINT/SIGTERM stop it.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 from types import SimpleNamespace
@@ -64,6 +65,9 @@ def tail(ns: SimpleNamespace) -> int:
             consumer.connect_to_nsqds(ns.nsqd_tcp_address)
             consumer.connect_to_lookupds(ns.lookupd_http_address)
         _print_messages(queue, signals, ns.n, ns.print_topic)
+    except BrokenPipeError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        raise Fatal(f"ERROR: failed to write to os.Stdout - {exc}") from None
     except ConnectionError as exc:
         raise Fatal(str(exc)) from None
     finally:

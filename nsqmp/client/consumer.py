@@ -299,6 +299,8 @@ class Consumer:
         """CLS on every connection: no more deliveries, no more connecting. Messages in
         flight can still be finished until close()."""
         with self._lock:
+            if self.stopping:
+                return  # a second CLS is an error the broker closes the connection for
             self.stopping = True
             links = list(self.links.values())
         self._done.set()

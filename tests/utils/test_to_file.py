@@ -57,6 +57,7 @@ def test_sigterm_mid_way_loses_nothing_acknowledged(broker, utils, tmp_path):
     tool = _start(utils, broker, out, max_in_flight=5)  # an fsync every 4 messages: slow enough to stop mid-way
     wait_for(lambda: len(_lines(out)) > 0, what="the first lines")
     assert tool.stop(signal.SIGTERM) == 0, tool.stderr()
+    assert "protocol error" not in tool.stderr()  # FINs after CLS are fine; a second CLS is not
     first = _lines(out)
     assert 0 < len(first) < N, "stopped too late to test a stop mid-way"
     # what was written was FINished, what was not is still the broker's: exactly

@@ -1,0 +1,66 @@
+"""The client the utilities are built on (nsqmp.client.consumer, .producer) against a
+running broker: RDY shared over connections, max_attempts, pipelined publishing and
+the broker's errors."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nsqmp.client.config import Config
+from nsqmp.client.consumer import Consumer
+from nsqmp.client.producer import Producer
+from nsqmp.client.sync import NSQError
+from tests.harness import wait_for
+
+
+def test_producer_waits_pipelines_and_reports_errors(broker):
+    p = Producer(broker.tcp_address, Config())
+    try:
+        p.publish("t", b"one")
+        p.multi_publish("t", [b"two", b"three"])
+        with pytest.raises(NSQError, match="E_BAD_TOPIC"):
+            p.publish("bad!", b"x")  # fatal for the connection: the next publish dials again
+        answers: list = []
+        done = threading.Event()
+
+        def answered(error) -> None:
+            answers.append(error)
+            if len(answers) == 100:
+                done.set()
+
+        for i in range(100):
+            p.publish_async("t", b"%d" % i, answered)
+        assert done.wait(10) and answers == [None] * 100
+    finally:
+        p.stop()
+    assert [t["depth"] for t in broker.stats()["topics"]] == [103]
+
+
+def test_consumer_shares_rdy_over_brokers_and_gives_up_after_max_attempts(make_broker):
+    brokers = [make_broker(), make_broker()]
+    for b in brokers:
+        b.http("POST", "/pub?topic=t", b"x")
+    c = Consumer("t", "ch", Config(max_in_flight=10, max_attempts=1))
+    try:
+        c.connect_to_nsqds([b.tcp_address for b in brokers])
+
+        def ready(b) -> list[int]:
+            return [cl["ready_count"] for cl in b.stats()["topics"][0]["channels"][0]["clients"]]
+
+        for b in brokers:
+            wait_for(lambda: ready(b) == [5], what="RDY 10 / 2 connections")
+        got = [c.get(10), c.get(10)]
+        assert all(m is not None and m.attempts == 1 for m in got)
+        assert not c.starved()  # 1 held of RDY 5 on each
+        for m in got:
+            m.requeue(0)
+        # back with attempts 2 > max_attempts: finished by the consumer, never handed out
+        for b in brokers:
+            wait_for(lambda: b.stats()["topics"][0]["channels"][0]["message_count"] == 1
+                     and b.stats()["topics"][0]["channels"][0]["requeue_count"] == 1
+                     and b.stats()["topics"][0]["channels"][0]["in_flight_count"] == 0
+                     and b.stats()["topics"][0]["channels"][0]["depth"] == 0, what="the message given up")
+        assert c.get(0.2) is None
+    finally:
+        c.close()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 
 from nsqmp.config.options import parse_duration
 
-_DURATIONS = ("dial_timeout", "read_timeout", "write_timeout", "lookupd_poll_interval", "heartbeat_interval",
+_DURATIONS = ("dial_timeout", "read_timeout", "lookupd_poll_interval", "heartbeat_interval",
               "msg_timeout", "default_requeue_delay", "max_requeue_delay")
 _INTS = ("max_in_flight", "max_attempts")
 _FLOATS = ("lookupd_poll_jitter",)
@@ -25,7 +25,6 @@ class Config:
 
     dial_timeout: float = 1.0
     read_timeout: float = 60.0
-    write_timeout: float = 1.0
     lookupd_poll_interval: float = 60.0
     lookupd_poll_jitter: float = 0.3
     heartbeat_interval: float = 30.0

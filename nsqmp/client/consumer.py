@@ -109,6 +109,7 @@ class MessageQueue:
         self._queue.put(None)
 
     def empty(self) -> bool:
+        """Nothing waiting (at this instant)."""
         return self._queue.empty()
 
     def get(self, timeout: float | None = None) -> Message | None:

@@ -19,6 +19,9 @@ from nsqmp.client.sync import Connection, NSQError
 
 log = logging.getLogger("nsqmp.client")
 
+#: error frames after which the broker keeps the connection (go-nsq's isFatalError)
+_NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")
+
 #: what a link hands its owner: (link, frame type, frame data)
 FrameHandler = Callable[["Link", int, bytes], None]
 
@@ -39,6 +42,7 @@ class Link:
         self.on_close = on_close
         self.lock = threading.Lock()  # writes, and the owner's counters kept with them
         self.closed = False
+        self.failed = False  # a fatal error frame came: nothing more is sent
         self.info: dict = {}
         self._conn: Connection | None = None
         self._thread: threading.Thread | None = None
@@ -80,7 +84,7 @@ class Link:
     def send_locked(self, data: bytes) -> bool:
         """send() for a caller that already holds ``lock``."""
         conn = self._conn
-        if conn is None or self.closed:
+        if conn is None or self.closed or self.failed:
             return False
         try:
             conn.sock.sendall(data)
@@ -102,6 +106,7 @@ class Link:
             conn.close()
 
     def join(self, timeout: float) -> None:
+        """Wait (up to timeout) for the reader thread to end."""
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -121,8 +126,14 @@ class Link:
                 for ftype, payload in conn.reader.feed(data):
                     if ftype == wire.FRAME_RESPONSE and payload == b"_heartbeat_":
                         self.send(wire.NOP)
-                    else:
-                        self.on_frame(self, ftype, payload)
+                        continue
+                    fatal = ftype == wire.FRAME_ERROR and not payload.startswith(_NON_FATAL)
+                    if fatal:  # as go-nsq: the broker closes after it; the owner must not send more
+                        with self.lock:
+                            self.failed = True
+                    self.on_frame(self, ftype, payload)
+                    if fatal:
+                        self.close()
         except OSError:
             pass
         except Exception:

@@ -35,10 +35,12 @@ class Producer:
 
     @property
     def tcp_address(self) -> str:
+        """Where clients connect: broadcast_address:tcp_port."""
         return _join(self.broadcast_address, self.tcp_port)
 
     @property
     def http_address(self) -> str:
+        """Its HTTP API: broadcast_address:http_port."""
         return _join(self.broadcast_address, self.http_port)
 
 

@@ -37,7 +37,7 @@ class Producer:
     def _connected(self) -> Link:
         with self._connect_lock:
             link = self._link
-            if link is not None and not link.closed:
+            if link is not None and not link.closed and not link.failed:
                 return link
             link = Link(self.address, self.config, self._on_frame, self._on_close)
             try:

@@ -65,6 +65,7 @@ def run(tool: str, fs: FlagSet, argv: list[str], main: Callable[[SimpleNamespace
 
 
 def add_version(fs: FlagSet) -> None:
+    """--version, as every nsq tool has it."""
     fs.add("version", "bool", False, "print version string")
 
 
@@ -95,6 +96,7 @@ def client_config(opts: list[str], user_agent: str, max_in_flight: int = 1, flag
 
 
 def user_agent(tool: str) -> str:
+    """The IDENTIFY user agent: ``nsq_tail/1.3.0 nsqmp``."""
     return f"{tool}/{NSQ_VERSION} nsqmp"
 
 

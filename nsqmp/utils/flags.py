@@ -31,6 +31,8 @@ class HelpRequested(Exception):
 
 @dataclass
 class Flag:
+    """One declared flag."""
+
     name: str
     kind: str  # string, bool, int, float, duration, value (repeatable)
     default: Any

@@ -84,6 +84,7 @@ class JSONFilter:
 
     @property
     def active(self) -> bool:
+        """Messages are parsed as JSON only when a filter is set."""
         return bool(self.field or self.whitelist)
 
     def apply(self, body: bytes) -> tuple[bytes | None, bool]:

@@ -63,6 +63,7 @@ class Throttle:
         self.last = time.monotonic()
 
     def spend(self) -> None:
+        """Before a publish: wait if the balance is spent."""
         now = time.monotonic()
         self.balance = min(float(self.rate), self.balance + (now - self.last) * self.rate)
         self.last = now

@@ -71,11 +71,12 @@ class RoundRobin:
         self._lock = threading.Lock()
 
     def get(self) -> str:
+        """The next destination."""
         with self._lock:
             return next(self._cycle)
 
     def mark(self, host: str, ok: bool) -> None:
-        pass
+        """Outcomes change nothing in round-robin."""
 
 
 class TimerMetrics:

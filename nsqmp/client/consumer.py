@@ -3,8 +3,9 @@
 go-nsq's Consumer, as far as the nsq_* utilities use it: IDENTIFY, SUB, RDY shared out
 over the connections (max_in_flight / connections, at least 1), heartbeats answered,
 messages handed to the caller through a MessageQueue, FIN/REQ/TOUCH on the message, lookupd
-polling (one lookupd per poll, in turn, every lookupd_poll_interval), a message tried more
-than max_attempts times finished and logged, and CLS on stop. There is no RDY backoff
+polling (every lookupd, every lookupd_poll_interval: go-nsq asks one per poll, in turn,
+so a topic only one lookupd knows can wait a whole interval there), a message tried
+more than max_attempts times finished and logged, and CLS on stop. There is no RDY backoff
 after a requeue: a requeued message waits its REQ delay in the broker.
 
 Threads (see nsqmp.client.link): one reader per connection, one lookupd poller. The
@@ -141,7 +142,6 @@ class Consumer:
         self._lock = threading.Lock()
         self._nsqds: list[str] = []
         self._lookupds: list[str] = []
-        self._lookupd_next = 0
         self._poke = threading.Event()
         self._done = threading.Event()  # stop(): the poller and reconnect timers end
         self._prefix = f"[{topic}/{channel}]"
@@ -156,8 +156,8 @@ class Consumer:
             self.connect(address)
 
     def connect_to_lookupds(self, addresses: list[str]) -> None:
-        """Ask one lookupd now, then one every lookupd_poll_interval (in turn), and connect
-        to every broker they list for the topic."""
+        """Ask every lookupd now and every lookupd_poll_interval, and connect to every
+        broker they list for the topic."""
         if not addresses:
             return
         self._lookupds.extend(a for a in addresses if a not in self._lookupds)
@@ -203,17 +203,15 @@ class Consumer:
                 link.send(wire.rdy(count))
 
     def query_lookupd(self) -> None:
-        """Ask the next lookupd for the topic's producers; connect to new ones."""
-        if not self._lookupds:
-            return
-        addr = self._lookupds[self._lookupd_next % len(self._lookupds)]
-        self._lookupd_next += 1
-        try:
-            producers = lookup.lookup(addr, self.topic)
-        except lookup.HTTPError as exc:
-            log.error("%s error querying nsqlookupd (%s) - %s", self._prefix, addr, exc)
-            return
-        for p in producers:
+        """Ask every lookupd for the topic's producers; connect to new ones."""
+        found: dict[str, lookup.Producer] = {}
+        for addr in self._lookupds:
+            try:
+                for p in lookup.lookup(addr, self.topic):
+                    found.setdefault(p.tcp_address, p)
+            except lookup.HTTPError as exc:
+                log.error("%s error querying nsqlookupd (%s) - %s", self._prefix, addr, exc)
+        for p in found.values():
             try:
                 self.connect(p.tcp_address)
             except ConnectionError as exc:

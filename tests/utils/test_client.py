@@ -64,3 +64,28 @@ def test_consumer_shares_rdy_over_brokers_and_gives_up_after_max_attempts(make_b
         assert c.get(0.2) is None
     finally:
         c.close()
+
+
+def test_idle_connections_answer_heartbeats(broker):
+    """A consumer and a producer that get nothing for several heartbeat intervals stay
+    connected: their reader threads answer each heartbeat (the broker closes a client
+    after two unanswered ones)."""
+    cfg = Config(heartbeat_interval=1.0)
+    c = Consumer("idle", "ch", cfg)
+    p = Producer(broker.tcp_address, cfg)
+    try:
+        c.connect_to_nsqds([broker.tcp_address])
+        p.publish("other", b"x")
+        (link,) = c.links.values()
+        producer_link = p._link
+        assert c.get(3.5) is None  # 3 heartbeats, nothing else
+        assert not link.closed and c.links == {broker.tcp_address: link}
+        assert producer_link is not None and not producer_link.closed
+        p.publish("idle", b"after the silence")
+        assert p._link is producer_link  # no new connection was needed
+        msg = c.get(5)
+        assert msg is not None and msg.body == b"after the silence"
+        msg.finish()
+    finally:
+        c.close()
+        p.stop()

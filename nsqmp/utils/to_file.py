@@ -187,6 +187,7 @@ def _loop(ns: SimpleNamespace, topics: dict[str, Topic], queue: MessageQueue, si
             topics[msg.topic].write(msg)
             continue
         while signals.wait(0) == signal.SIGHUP:
+            log.info("SIGHUP: closing the files")
             for t in topics.values():
                 t.sync_and_finish(close=True)
         now = time.monotonic()

@@ -122,3 +122,20 @@ def test_rotation_by_interval_and_work_dir(broker, utils, tmp_path):
 
 def _has_channel(broker, topic: str) -> bool:
     return any(t["topic_name"] == topic and t["channels"] for t in broker.stats()["topics"])
+
+
+def test_sighup_closes_the_file_and_the_next_message_opens_a_new_one(broker, utils, tmp_path):
+    out = tmp_path / "out"
+    tool = utils("to-file", "--topic", "hup", "--nsqd-tcp-address", broker.tcp_address, "--output-dir", str(out),
+                 "--gzip", "--sync-interval", "0.2s")
+    wait_for(lambda: _has_channel(broker, "hup"), what="to-file's channel")
+    broker.http("POST", "/mpub?topic=hup", b"a1\na2")
+    wait_for(lambda: _count(out) == 2, what="the first two lines synced")
+    tool.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "SIGHUP: closing the files" in tool.stderr(), what="the SIGHUP handled")
+    broker.http("POST", "/mpub?topic=hup", b"b1\nb2")
+    wait_for(lambda: _count(out) == 4, what="two more lines")
+    assert tool.stop() == 0, tool.stderr()
+    files = sorted(out.iterdir())
+    assert [f.name.split(".")[1][-7:] for f in files] == ["-000000", "-000001"]
+    assert [sorted(gzip.decompress(f.read_bytes()).splitlines()) for f in files] == [[b"a1", b"a2"], [b"b1", b"b2"]]

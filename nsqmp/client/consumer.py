@@ -265,7 +265,8 @@ class Consumer:
         with self._lock:
             if self.links.get(link.address) is link:
                 del self.links[link.address]
-            self.close_wait[link].set()
+            self.rdy.pop(link, None)
+            self.close_wait.pop(link).set()
             self._share_rdy()
         log.info("%s (%s) connection closed", self._prefix, link.address)
         if self.stopping:
@@ -289,8 +290,9 @@ class Consumer:
         """go-nsq's IsStarved: the caller holds (has taken and not answered) at least 85%
         of some connection's RDY, so that broker sends no more until it answers some.
         Messages still in the queue do not count: go-nsq's reader has not read them yet."""
-        for link, count in list(self.held.items()):
-            if count > 0 and count >= int(self.rdy.get(link, 0) * 0.85) and not self.stopping:
+        for link, rdy in list(self.rdy.items()):
+            count = self.held.get(link, 0)
+            if count > 0 and count >= int(rdy * 0.85) and not self.stopping:
                 return True
         return False
 

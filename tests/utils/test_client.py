@@ -89,3 +89,21 @@ def test_idle_connections_answer_heartbeats(broker):
     finally:
         c.close()
         p.stop()
+
+
+def test_consumer_dials_a_restarted_broker_again(make_broker):
+    b = make_broker()
+    port = b.tcp_port
+    c = Consumer("back", "ch", Config(lookupd_poll_interval=0.3))
+    try:
+        c.connect_to_nsqds([b.tcp_address])
+        assert b.stop() == 0
+        wait_for(lambda: not c.links, what="the consumer to see the broker gone")
+        b = make_broker("--tcp-address", f"127.0.0.1:{port}", data="data0")
+        wait_for(lambda: c.links, what="the consumer to dial the broker again")
+        b.http("POST", "/pub?topic=back", b"again")
+        msg = c.get(10)
+        assert msg is not None and msg.body == b"again"
+        msg.finish()
+    finally:
+        c.close()

@@ -122,6 +122,10 @@ class FlagSet:
             kind = {"bool": "", "value": " value", "int": " int", "float": " float",
                     "duration": " duration", "string": " string"}[flag.kind]
             text = flag.help
+            name, sep, rest = text.partition("`")  # Go's UnquoteUsage: `name` names the argument
+            if sep and "`" in rest:
+                arg, _, tail = rest.partition("`")
+                kind, text = f" {arg}", name + arg + tail
             default = flag.default
             if flag.kind == "string" and default:
                 text += f" (default {default!r})".replace("'", '"')

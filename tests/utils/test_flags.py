@@ -50,6 +50,8 @@ def test_every_utility_is_a_command_with_help_version_and_nsq_checks():
     assert r.returncode == 0
     assert "-sync-interval duration\n    \tsync file to disk every duration (default 30s)" in r.stderr.decode()
     assert '(default "<TOPIC>.<HOST><REV>.<DATETIME>.log")' in r.stderr.decode()
+    assert "-rotate-size rotate-size\n    \trotate the file when it grows bigger than rotate-size bytes\n" in \
+        r.stderr.decode()
     r = run("tail", "--bogus")
     assert r.returncode == 2 and r.stderr.decode().startswith("flag provided but not defined: -bogus\nUsage of")
     r = run("stat", "--version")
@@ -58,6 +60,8 @@ def test_every_utility_is_a_command_with_help_version_and_nsq_checks():
     assert r.returncode == 1 and "--nsqd-tcp-address or --lookupd-http-address required" in r.stderr.decode()
     r = run("to-http", "--topic", "t", "--nsqd-tcp-address", "127.0.0.1:1", "--get", "http://x/")
     assert r.returncode == 1 and "invalid GET address - must be a printf string" in r.stderr.decode()
+    r = run("tail", "--topic", "t", "--nsqd-tcp-address", "127.0.0.1:1", "--consumer-opt", "tls_v1,true")
+    assert r.returncode == 1 and "--consumer-opt tls_v1,true: invalid option 'tls_v1'" in r.stderr.decode()
     r = run("to-nsq", "--topic", "t", "--delimiter", "ab")
     assert r.returncode == 1 and "--delimiter must be a single byte" in r.stderr.decode()
 

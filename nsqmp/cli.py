@@ -6,6 +6,7 @@ import logging
 import platform
 import sys
 
+from nsqmp import utils
 from nsqmp.config import ConfigError, build_parser, from_namespace, ignored_given, render_resolved
 from nsqmp import golog
 
@@ -147,6 +148,12 @@ COMMANDS: dict[str, tuple] = {
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
     "health": (cmd_health, "exit 0 if the broker these options configure answers /ping (the image's HEALTHCHECK)"),
     "bench": (cmd_bench, "benchmarks and load generators (`nsqmp bench --help` lists them)"),
+    "tail": (utils.cmd_tail, "print a topic's messages to stdout (nsq_tail)"),
+    "to-file": (utils.cmd_to_file, "write a topic's messages to rotated, optionally gzipped files (nsq_to_file)"),
+    "to-http": (utils.cmd_to_http, "send a topic's messages to HTTP endpoints, GET or POST (nsq_to_http)"),
+    "to-nsq": (utils.cmd_to_nsq, "publish stdin to a topic, one message per line (to_nsq)"),
+    "nsq-to-nsq": (utils.cmd_nsq_to_nsq, "copy topics from brokers to other brokers (nsq_to_nsq)"),
+    "stat": (utils.cmd_stat, "a rolling table of a topic/channel's stats over its brokers (nsq_stat)"),
 }
 
 

@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nsqmp"
 
 ROLES = {"supervisor", "acceptor", "router", "timer", "lookupd", "admin"}
 SHARED = {"ipc", "diskqueue", "protocol", "config", "client"}
-TOOLS = {"bench", "spark"}
+TOOLS = {"bench", "spark", "utils"}
 ENTRY_POINTS = {"cli", "__main__"}
 SUPERVISOR_FORKS = {"nsqmp.acceptor.role", "nsqmp.router.role", "nsqmp.timer.role"}
 LEAVES = {"_native", "layouts"}

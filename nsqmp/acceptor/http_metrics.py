@@ -1,0 +1,120 @@
+"""HTTP /metrics (Prometheus) and the statsd push: the whole broker, from any acceptor.
+
+/metrics gathers what /stats gathers (every router's topics and channels, without clients)
+and the routers' fire lateness histograms, reads the rest where it lives (each role's CPU
+and memory in /proc, restarts from the control block's generations, ring occupancy from
+the rings' headers, connections from /proc/net/tcp, segment files from the data path) and
+renders it with prometheus_client (nsqmp.metrics.exposition).
+
+The statsd push runs in acceptor 0 (the registrar's acceptor: one pusher per broker). What
+it pushed last is kept in ``/dev/shm/nsqmp.<run pid>.statsd`` so a restarted acceptor 0
+sends the counters' differences since the last push, not their totals again; a broker
+starting afresh takes the counts it found (kept in meta.json) as its starting point.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import orjson
+
+from nsqmp.acceptor.http_request import Request, check_params
+from nsqmp.acceptor.identify import VERSION
+from nsqmp.diskqueue.layout import topics_root
+from nsqmp.ipc import shm
+from nsqmp.metrics import procfs
+from nsqmp.metrics.exposition import BrokerCollector, ProcessFigures, Snapshot, render
+from nsqmp.metrics.statsd import Pusher, host_prefix
+
+log = logging.getLogger("nsqmp.acceptor")
+
+_rings: dict[int, procfs.RingGauges] = {}  # run pid -> this process's read-only ring views
+
+
+async def h_metrics(server, req: Request):
+    """GET /metrics: the Prometheus text format, or OpenMetrics when Accept asks for it."""
+    check_params(req)
+    snap = await gather_snapshot(server)
+    accept = req.headers.get(b"accept", b"").decode("latin-1")
+    body, ctype = render(BrokerCollector(snap), accept)
+    return 200, body, ctype.encode()
+
+
+async def gather_snapshot(server) -> Snapshot:
+    """Every figure of one scrape (see the module's docstring for where each comes from)."""
+    topics, fire = await asyncio.gather(server.gather_stats(None, None, False),
+                                        server.ask_routers({"op": "fire_lateness"}))
+    plan = server.plan
+    rings = _rings.get(plan.run_pid)
+    if rings is None:
+        rings = _rings[plan.run_pid] = procfs.RingGauges(plan)
+    files, size = procfs.segment_usage(topics_root(server.opts.data_path))
+    return Snapshot(
+        version=VERSION, start_time=server.start_time, healthy=not server.health, topics=topics,
+        fire_lateness={kind: [r[kind] for r in fire if kind in r] for kind in ("timeouts", "deferred")},
+        processes=processes(server), rings=rings.read(), segment_files=files, segment_bytes=size,
+        connections=procfs.established({server.tcp_port: "tcp", server.http_port: "http",
+                                        server.https_port: "https"}),
+    )
+
+
+def processes(server) -> list[ProcessFigures]:
+    """Each slot's process (the control block has its pid and generation) and the supervisor."""
+    plan = server.plan
+    out = []
+    for slot in range(plan.slots):
+        pid, generation, _, _ = server.control.read(slot)
+        if slot < plan.acceptors:
+            role, index = "acceptor", slot
+        elif slot < plan.acceptors + plan.routers:
+            role, index = "router", slot - plan.acceptors
+        else:
+            role, index = "timer", 0
+        figures = procfs.cpu_and_rss(pid) if pid > 0 else None
+        cpu, rss = figures if figures is not None else (0.0, 0)
+        out.append(ProcessFigures(role, index, cpu, rss, max(0, generation - 1)))
+    figures = procfs.cpu_and_rss(plan.run_pid)
+    if figures is not None:
+        out.append(ProcessFigures("supervisor", 0, figures[0], figures[1], 0))
+    return out
+
+
+# -- statsd (acceptor 0) ------------------------------------------------------------------------
+def start_statsd(server) -> asyncio.Task | None:
+    """Acceptor 0 with --statsd-address: start the push loop (on the running loop)."""
+    opts = server.opts
+    if server.index != 0 or not opts.statsd_address:
+        return None
+
+    async def gather() -> tuple[list[dict], dict | None]:
+        topics = await server.gather_stats(None, None, False)
+        return topics, (await server.gather_memory() if opts.statsd_mem_stats else None)
+
+    http_port = opts.http_address.rpartition(":")[2]  # nsqd: the flag's port, as written
+    path = f"/dev/shm/{shm.PREFIX}{server.plan.run_pid}.statsd"
+    pusher = Pusher(str(opts.statsd_address), host_prefix(opts.statsd_prefix, opts.broadcast_address, http_port),
+                    opts.statsd_interval, opts.statsd_mem_stats, opts.statsd_udp_packet_size,
+                    opts.statsd_exclude_ephemeral, gather, on_pushed=lambda p: _keep(path, p))
+    return server.loop.create_task(_run(server, pusher, path))
+
+
+async def _run(server, pusher: Pusher, path: str) -> None:
+    """Start from what a previous acceptor 0 of this run pushed, else from the counts now."""
+    try:
+        with open(path, "rb") as f:
+            kept = orjson.loads(f.read())
+        pusher.last, pusher.last_gc_runs = kept["last"], kept["gc_runs"]
+    except (OSError, ValueError, KeyError):  # a fresh broker: what it holds now is the start
+        pusher.remember(*await pusher.gather())
+    await pusher.run(lambda: server._stopping)
+
+
+def _keep(path: str, pusher: Pusher) -> None:
+    """Write what was pushed (atomically) for a restarted acceptor 0."""
+    try:
+        with open(path + ".tmp", "wb") as f:
+            f.write(orjson.dumps({"last": pusher.last, "gc_runs": pusher.last_gc_runs}))
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        log.warning("cannot keep the statsd state in %s: %s", path, exc)

@@ -6,6 +6,11 @@ and memory in /proc, restarts from the control block's generations, ring occupan
 the rings' headers, connections from /proc/net/tcp, segment files from the data path) and
 renders it with prometheus_client (nsqmp.metrics.exposition).
 
+Sync durations: each process times its background fdatasyncs (nsqmp.diskqueue.synctimes):
+routers answer with theirs (the ack logs'); each acceptor writes its own (the segment
+files') to ``/dev/shm/nsqmp.<run pid>.syncs.<i>`` every second when they changed, and the
+answering acceptor reads the others' files (as /stats reads their producers).
+
 The statsd push runs in acceptor 0 (the registrar's acceptor: one pusher per broker). What
 it pushed last is kept in ``/dev/shm/nsqmp.<run pid>.statsd`` so a restarted acceptor 0
 sends the counters' differences since the last push, not their totals again; a broker
@@ -22,6 +27,7 @@ import orjson
 from nsqmp.acceptor.http_request import Request, check_params
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.diskqueue.layout import topics_root
+from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import shm
 from nsqmp.metrics import procfs
 from nsqmp.metrics.exposition import BrokerCollector, ProcessFigures, Snapshot, render
@@ -30,6 +36,50 @@ from nsqmp.metrics.statsd import Pusher, host_prefix
 log = logging.getLogger("nsqmp.acceptor")
 
 _rings: dict[int, procfs.RingGauges] = {}  # run pid -> this process's read-only ring views
+_tasks: set[asyncio.Task] = set()
+_BOARD_INTERVAL = 1.0  # s: how stale another acceptor's sync times may be in /metrics
+
+
+def start(server) -> None:
+    """When the acceptor has started: its sync-times board, and the statsd push in acceptor 0."""
+    if server.plan.acceptors > 1:
+        _write_board(server, -1)
+    task = start_statsd(server)
+    if task is not None:
+        _tasks.add(task)  # the loop holds tasks weakly
+
+
+def _board_path(run_pid: int, index: int) -> str:
+    return f"/dev/shm/{shm.PREFIX}{run_pid}.syncs.{index}"
+
+
+def _write_board(server, written: int) -> None:
+    """This acceptor's sync times for the others' scrapes, when they changed (every second)."""
+    total = sum(SYNCS.counts)
+    if total != written:
+        path = _board_path(server.plan.run_pid, server.index)
+        try:
+            with open(path + ".tmp", "wb") as f:
+                f.write(orjson.dumps(SYNCS.snapshot()))
+            os.replace(path + ".tmp", path)
+            written = total
+        except OSError as exc:  # /metrics then misses this acceptor's syncs; nothing else
+            log.warning("cannot write %s: %s", path, exc)
+    if not server._stopping:
+        server.loop.call_later(_BOARD_INTERVAL, _write_board, server, written)
+
+
+def _acceptor_syncs(server) -> list[dict]:
+    """Every acceptor's sync times: this one's live, the others' from their boards."""
+    out = [SYNCS.snapshot()]
+    for i in range(server.plan.acceptors):
+        if i != server.index:
+            try:
+                with open(_board_path(server.plan.run_pid, i), "rb") as f:
+                    out.append(orjson.loads(f.read()))
+            except (OSError, ValueError):  # not written yet: no sync there so far
+                pass
+    return out
 
 
 async def h_metrics(server, req: Request):
@@ -43,8 +93,9 @@ async def h_metrics(server, req: Request):
 
 async def gather_snapshot(server) -> Snapshot:
     """Every figure of one scrape (see the module's docstring for where each comes from)."""
-    topics, fire = await asyncio.gather(server.gather_stats(None, None, False),
-                                        server.ask_routers({"op": "fire_lateness"}))
+    topics, fire, syncs = await asyncio.gather(server.gather_stats(None, None, False),
+                                               server.ask_routers({"op": "fire_lateness"}),
+                                               server.ask_routers({"op": "sync_times"}))
     plan = server.plan
     rings = _rings.get(plan.run_pid)
     if rings is None:
@@ -54,6 +105,7 @@ async def gather_snapshot(server) -> Snapshot:
         version=VERSION, start_time=server.start_time, healthy=not server.health, topics=topics,
         fire_lateness={kind: [r[kind] for r in fire if kind in r] for kind in ("timeouts", "deferred")},
         processes=processes(server), rings=rings.read(), segment_files=files, segment_bytes=size,
+        syncs={"acceptor": _acceptor_syncs(server), "router": [r for r in syncs if "counts" in r]},
         connections=procfs.established({server.tcp_port: "tcp", server.http_port: "http",
                                         server.https_port: "https"}),
     )

@@ -12,7 +12,7 @@ import time
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.flow import RingHold
 from nsqmp.acceptor.http import HttpConnection
-from nsqmp.acceptor.http_metrics import start_statsd
+from nsqmp.acceptor import http_metrics
 from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher
 from nsqmp.acceptor.registrar import Registrar
@@ -142,7 +142,7 @@ class Acceptor(Role):
         if self.registrar is not None:
             # on the running loop; and read then: a CONFIG_SET may have changed them meanwhile
             self.loop.call_soon(self._connect_lookupds)
-        self.statsd = start_statsd(self)  # acceptor 0 with --statsd-address pushes for the broker
+        http_metrics.start(self)  # sync times for /metrics; acceptor 0 pushes to statsd
 
     def _periodic_sync(self) -> None:
         self.publisher.sync()

@@ -45,6 +45,7 @@ class Snapshot:
     rings: list[tuple[str, int, int]] = field(default_factory=list)  # (ring, used, capacity)
     segment_files: int = 0
     segment_bytes: int = 0
+    syncs: dict[str, list[dict]] = field(default_factory=dict)  # role -> processes' SyncTimes snapshots
 
 
 # (stats key, metric suffix, help) of the per-topic and per-channel figures
@@ -85,6 +86,7 @@ class BrokerCollector(Collector):
         yield from self._processes()
         yield from self._rings()
         yield from self._lateness()
+        yield from self._syncs()
 
     def _broker(self) -> Iterator[Metric]:
         s = self.snap
@@ -194,6 +196,29 @@ class BrokerCollector(Collector):
             top.add_metric([kind], max((s["max_ns"] for s in snaps), default=0) / 1e9)
         yield hist
         yield top
+
+
+    def _syncs(self) -> Iterator[Metric]:
+        hist = HistogramMetricFamily("nsqmp_fsync_seconds", "Durations of background fdatasyncs: an "
+                                     "acceptor's segment files, a router's ack logs.", labels=["role"])
+        for role, snaps in sorted(self.snap.syncs.items()):
+            buckets, total = sync_buckets(snaps)
+            hist.add_metric([role], buckets, total)
+        yield hist
+
+
+def sync_buckets(snaps: list[dict]) -> tuple[list[tuple[str, float]], float]:
+    """Several processes' SyncTimes snapshots as cumulative buckets (bound 2**i us) and the
+    sum in seconds."""
+    counts = [sum(col) for col in zip(*(s["counts"] for s in snaps))] if snaps else [0]
+    out: list[tuple[str, float]] = []
+    seen = 0
+    for i, c in enumerate(counts):
+        seen += c
+        if i < len(counts) - 1:
+            out.append((repr(2 ** i / 1e6), seen))
+    out.append(("+Inf", seen))
+    return out, sum(s["total_ns"] for s in snaps) / 1e9
 
 
 def lateness_buckets(snaps: list[dict]) -> list[tuple[str, float]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
 
 
@@ -183,4 +184,5 @@ OPS = {
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
     "fire_lateness": lambda r, q: {kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()},
+    "sync_times": lambda r, q: SYNCS.snapshot(),  # the ack logs' syncs, for /metrics
 }

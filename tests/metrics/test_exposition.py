@@ -114,3 +114,22 @@ def test_lateness_buckets_are_cumulative_and_exact_at_each_bound():
     assert buckets["0.001024"] == 3 and buckets["0.002048"] == 4 and buckets["+Inf"] == 4
     assert list(buckets)[-1] == "+Inf"
     assert lateness_buckets([]) == [("+Inf", 0)]
+
+
+def test_fsync_durations_of_segments_and_ack_logs(make_broker):
+    broker = make_broker("--sync-timeout", "100ms")
+    with Connection.connect(broker.tcp_address) as c:
+        c.identify()
+        c.sub("synced", "ch", rdy=1)
+        c.pub("synced", b"a")
+        c.fin(c.read_message().id)
+
+    def synced():
+        s = samples(scrape(broker)[1])
+        counts = {role: s[("nsqmp_fsync_seconds_count", (("role", role),))] for role in ("acceptor", "router")}
+        return all(counts.values()) and s
+    s = wait_for(synced, what="an acceptor's and a router's sync counted")
+    for role in ("acceptor", "router"):
+        count = s[("nsqmp_fsync_seconds_count", (("role", role),))]
+        assert s[("nsqmp_fsync_seconds_bucket", (("le", "+Inf"), ("role", role)))] == count
+        assert 0 < s[("nsqmp_fsync_seconds_sum", (("role", role),))] < count * 10

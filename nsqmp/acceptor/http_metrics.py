@@ -87,7 +87,10 @@ async def h_metrics(server, req: Request):
     check_params(req)
     snap = await gather_snapshot(server)
     accept = req.headers.get(b"accept", b"").decode("latin-1")
-    body, ctype = render(BrokerCollector(snap), accept)
+    # rendered on the loop's worker thread: about 10 us a series (1,000 topics x 10 channels:
+    # 96,000 series, ~0.6 s of CPU), which on the loop's own thread would hold every client
+    # of this acceptor that long; this way the loop gets the GIL back every switch interval
+    body, ctype = await server.loop.run_in_executor(None, render, BrokerCollector(snap), accept)
     return 200, body, ctype.encode()
 
 

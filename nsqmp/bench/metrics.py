@@ -6,6 +6,8 @@
 2. /metrics: --scrapes GETs one after another (after one unmeasured). Per scrape: the
    wall time the client waited, and the CPU seconds every broker process spent (from
    /proc: supervisor, acceptors, routers, timer), split by role; the body's size and series.
+   Meanwhile four publishers (one connection each, so both acceptors have some) time
+   each PUB's round trip; the same publishers are timed as long again with no scrape.
 3. Idle: the same broker's CPU over a few seconds with nothing asked of it.
 4. statsd: a second broker, set up the same way, pushing every second to a UDP socket of
    this process (--statsd-interval 1s: no spreading, every packet at once); its CPU over
@@ -22,6 +24,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -66,8 +69,42 @@ def populate(broker: Broker, topics: int, channels: int) -> float:
     return time.perf_counter() - started
 
 
+class Publishers:
+    """Four connections publishing in turn on a thread, each PUB's round trip timed."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.conns = [Connection.connect(broker.tcp_address) for _ in range(4)]
+        self.times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            self.conns[i % 4].pub("bench-latency", b"x")
+            self.times.append(time.perf_counter() - t0)
+            i += 1
+            time.sleep(0.002)
+
+    def __enter__(self) -> "Publishers":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        for c in self.conns:
+            c.close()
+
+    def summary(self) -> dict:
+        t = sorted(self.times)
+        return {"pubs": len(t), "p50_ms": round(t[len(t) // 2] * 1e3, 2),
+                "p99_ms": round(t[int(len(t) * 0.99)] * 1e3, 2), "max_ms": round(t[-1] * 1e3, 2)}
+
+
 def scrape_cost(broker: Broker, scrapes: int) -> dict:
-    """Wall and CPU per GET /metrics, by role."""
+    """Wall and CPU per GET /metrics, by role; PUB round trips during the scrapes and without."""
     pids = _roles(broker)
     conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=60)
 
@@ -81,13 +118,18 @@ def scrape_cost(broker: Broker, scrapes: int) -> dict:
 
     body = get()  # unmeasured: the first attaches the ring views
     walls = []
-    before = _cpu(pids)
-    for _ in range(scrapes):
-        t0 = time.perf_counter()
-        body = get()
-        walls.append(time.perf_counter() - t0)
-    spent = _delta(before, _cpu(pids))
+    with Publishers(broker) as during:
+        started = time.perf_counter()
+        before = _cpu(pids)
+        for _ in range(scrapes):
+            t0 = time.perf_counter()
+            body = get()
+            walls.append(time.perf_counter() - t0)
+        spent = _delta(before, _cpu(pids))
+        window = time.perf_counter() - started
     conn.close()
+    with Publishers(broker) as quiet:
+        time.sleep(window)
     series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
     return {
         "scrapes": scrapes,
@@ -97,6 +139,8 @@ def scrape_cost(broker: Broker, scrapes: int) -> dict:
         "cpu_ms_per_scrape_by_role": {r: round(v / scrapes * 1e3, 1) for r, v in sorted(spent.items())},
         "body_bytes": len(body),
         "series": series,
+        "pub_round_trip_during_scrapes": during.summary(),
+        "pub_round_trip_without": quiet.summary(),
     }
 
 

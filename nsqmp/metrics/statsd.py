@@ -144,7 +144,10 @@ class Pusher:
         try:
             log.info("STATSD: pushing stats to %s", self.address)
             topics, memory = await self.gather()
-            sent = packets(self.lines(topics, memory), self.packet_size)
+            # built on the loop's worker thread: ~2 us a line (84,000 lines for 1,000 topics x 10
+            # channels), which would otherwise hold the acceptor's clients that long
+            sent = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: packets(self.lines(topics, memory), self.packet_size))
             if self.on_pushed is not None:
                 self.on_pushed(self)
             spread = max(0.0, self.interval - 1.0) / len(sent) if sent else 0.0

@@ -1,6 +1,6 @@
 """nsqd's HTTP API on an acceptor: the connection, and the routes to the endpoint families
 (http_publish: /pub, /mpub; http_admin: /topic/*, /channel/*; http_stats: /stats;
-http_info: /ping, /info, /config/*).
+http_metrics: /metrics; http_info: /ping, /info, /config/*).
 
 httptools parses; each route is a coroutine handler (server, request) -> (status, body,
 content type). Errors are nsqd's: a JSON body {"message": "<CODE>"} with nsqd's

@@ -69,14 +69,14 @@ def _write_board(server, written: int) -> None:
         server.loop.call_later(_BOARD_INTERVAL, _write_board, server, written)
 
 
-def _acceptor_syncs(server) -> list[dict]:
-    """Every acceptor's sync times: this one's live, the others' from their boards."""
-    out = [SYNCS.snapshot()]
+def _acceptor_syncs(server) -> dict[int, dict]:
+    """Every acceptor's sync times by index: this one's live, the others' from their boards."""
+    out = {server.index: SYNCS.snapshot()}
     for i in range(server.plan.acceptors):
         if i != server.index:
             try:
                 with open(_board_path(server.plan.run_pid, i), "rb") as f:
-                    out.append(orjson.loads(f.read()))
+                    out[i] = orjson.loads(f.read())
             except (OSError, ValueError):  # not written yet: no sync there so far
                 pass
     return out
@@ -106,9 +106,10 @@ async def gather_snapshot(server) -> Snapshot:
     files, size = procfs.segment_usage(topics_root(server.opts.data_path))
     return Snapshot(
         version=VERSION, start_time=server.start_time, healthy=not server.health, topics=topics,
-        fire_lateness={kind: [r[kind] for r in fire if kind in r] for kind in ("timeouts", "deferred")},
+        fire_lateness={(kind, r["index"]): r[kind] for r in fire for kind in ("timeouts", "deferred") if kind in r},
         processes=processes(server), rings=rings.read(), segment_files=files, segment_bytes=size,
-        syncs={"acceptor": _acceptor_syncs(server), "router": [r for r in syncs if "counts" in r]},
+        syncs={**{("acceptor", i): snap for i, snap in _acceptor_syncs(server).items()},
+               **{("router", r["index"]): r for r in syncs if "counts" in r}},
         connections=procfs.established({server.tcp_port: "tcp", server.http_port: "http",
                                         server.https_port: "https"}),
     )

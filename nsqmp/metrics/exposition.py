@@ -39,13 +39,13 @@ class Snapshot:
     start_time: int
     healthy: bool
     topics: list[dict]
-    fire_lateness: dict[str, list[dict]] = field(default_factory=dict)  # kind -> routers' snapshots
+    fire_lateness: dict[tuple[str, int], dict] = field(default_factory=dict)  # (kind, router) -> snapshot
     processes: list[ProcessFigures] = field(default_factory=list)
     connections: dict[str, int] = field(default_factory=dict)  # listener -> established
     rings: list[tuple[str, int, int]] = field(default_factory=list)  # (ring, used, capacity)
     segment_files: int = 0
     segment_bytes: int = 0
-    syncs: dict[str, list[dict]] = field(default_factory=dict)  # role -> processes' SyncTimes snapshots
+    syncs: dict[tuple[str, int], dict] = field(default_factory=dict)  # (role, index) -> SyncTimes snapshot
 
 
 # (stats key, metric suffix, help) of the per-topic and per-channel figures
@@ -187,23 +187,24 @@ class BrokerCollector(Collector):
 
     def _lateness(self) -> Iterator[Metric]:
         hist = HistogramMetricFamily("nsqmp_fire_lateness_seconds", "How long after its deadline a timed-out "
-                                     "flight or a deferred message was back in its queue (one bucket per "
-                                     "doubling; no _sum: the routers keep none).", labels=["kind"])
+                                     "flight or a deferred message was back in its queue, per router (one "
+                                     "bucket per doubling; no _sum: the routers keep none).",
+                                     labels=["kind", "router"])
         top = GaugeMetricFamily("nsqmp_fire_lateness_max_seconds", "The largest fire lateness seen.",
-                                labels=["kind"])
-        for kind, snaps in sorted(self.snap.fire_lateness.items()):
-            hist.add_metric([kind], lateness_buckets(snaps), None)
-            top.add_metric([kind], max((s["max_ns"] for s in snaps), default=0) / 1e9)
+                                labels=["kind", "router"])
+        for (kind, router), snap in sorted(self.snap.fire_lateness.items()):
+            hist.add_metric([kind, str(router)], lateness_buckets([snap]), None)
+            top.add_metric([kind, str(router)], snap["max_ns"] / 1e9)
         yield hist
         yield top
 
 
     def _syncs(self) -> Iterator[Metric]:
         hist = HistogramMetricFamily("nsqmp_fsync_seconds", "Durations of background fdatasyncs: an "
-                                     "acceptor's segment files, a router's ack logs.", labels=["role"])
-        for role, snaps in sorted(self.snap.syncs.items()):
-            buckets, total = sync_buckets(snaps)
-            hist.add_metric([role], buckets, total)
+                                     "acceptor's segment files, a router's ack logs.", labels=["role", "index"])
+        for (role, index), snap in sorted(self.snap.syncs.items()):
+            buckets, total = sync_buckets([snap])
+            hist.add_metric([role, str(index)], buckets, total)
         yield hist
 
 

@@ -183,6 +183,7 @@ OPS = {
     "channel_pause": channel_pause,
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
-    "fire_lateness": lambda r, q: {kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()},
-    "sync_times": lambda r, q: SYNCS.snapshot(),  # the ack logs' syncs, for /metrics
+    "fire_lateness": lambda r, q: {"index": r.index,
+                                   **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
+    "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics
 }

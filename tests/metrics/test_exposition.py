@@ -63,7 +63,8 @@ def test_topics_channels_processes_and_rings(broker):
     rings = {dict(labels)["ring"] for name, labels in s if name == "nsqmp_ring_capacity_bytes"}
     assert rings == {"a0r0", "r0a0", "a1r0", "r0a1", "r0t", "tr0", "a0r1", "r1a0", "a1r1", "r1a1", "r1t", "tr1"}
     assert s[("nsqmp_segment_files", ())] >= 2
-    assert s[("nsqmp_fire_lateness_seconds_bucket", (("kind", "timeouts"), ("le", "+Inf")))] == 0
+    for router in ("0", "1"):
+        assert s[("nsqmp_fire_lateness_seconds_bucket", (("kind", "timeouts"), ("le", "+Inf"), ("router", router)))] == 0
 
 
 def test_a_deleted_topic_or_channel_is_gone_from_the_next_scrape(broker):
@@ -124,12 +125,17 @@ def test_fsync_durations_of_segments_and_ack_logs(make_broker):
         c.pub("synced", b"a")
         c.fin(c.read_message().id)
 
+    def counts(s, role):
+        return {dict(labels)["index"]: v for (name, labels), v in s.items()
+                if name == "nsqmp_fsync_seconds_count" and dict(labels)["role"] == role}
+
     def synced():
         s = samples(scrape(broker)[1])
-        counts = {role: s[("nsqmp_fsync_seconds_count", (("role", role),))] for role in ("acceptor", "router")}
-        return all(counts.values()) and s
+        return all(sum(counts(s, role).values()) for role in ("acceptor", "router")) and s
     s = wait_for(synced, what="an acceptor's and a router's sync counted")
     for role in ("acceptor", "router"):
-        count = s[("nsqmp_fsync_seconds_count", (("role", role),))]
-        assert s[("nsqmp_fsync_seconds_bucket", (("le", "+Inf"), ("role", role)))] == count
-        assert 0 < s[("nsqmp_fsync_seconds_sum", (("role", role),))] < count * 10
+        assert set(counts(s, role)) <= {"0", "1"}
+        for index, count in counts(s, role).items():
+            key = (("index", index), ("role", role))
+            assert s[("nsqmp_fsync_seconds_bucket", (("index", index), ("le", "+Inf"), ("role", role)))] == count
+            assert 0 <= s[("nsqmp_fsync_seconds_sum", key)] < count * 10 + 1

@@ -68,7 +68,7 @@ def test_prometheus_scrapes_the_broker_and_the_lookupd(tmp_path, make_broker):
         # both targets are up and every sample of the broker was taken (no scrape error)
         up = {r["metric"]["job"]: r["value"][1] for r in _query(web, "up")}
         assert up == {"nsqmp": "1", "lookupd": "1"}
-        hist = _query(web, 'nsqmp_fire_lateness_seconds_bucket{kind="timeouts",le="+Inf"}')
+        hist = _query(web, 'sum(nsqmp_fire_lateness_seconds_bucket{kind="timeouts",le="+Inf"})')
         assert hist and hist[0]["value"][1] == "0"
     finally:
         if prom is not None:

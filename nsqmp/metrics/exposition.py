@@ -198,7 +198,6 @@ class BrokerCollector(Collector):
         yield hist
         yield top
 
-
     def _syncs(self) -> Iterator[Metric]:
         hist = HistogramMetricFamily("nsqmp_fsync_seconds", "Durations of background fdatasyncs: an "
                                      "acceptor's segment files, a router's ack logs.", labels=["role", "index"])

@@ -62,6 +62,8 @@ _CHANNEL_COUNTERS = (
     ("message_count", "messages", "Messages the channel received from its topic."),
     ("requeue_count", "requeued", "Messages requeued (REQ, or their consumer left)."),
     ("timeout_count", "timed_out", "Messages whose msg_timeout passed in flight."),
+    ("nsqmp_delivery_count", "delivered", "Messages handed to the channel's consumers (since its router started)."),
+    ("nsqmp_finish_count", "finished", "Messages FINished by the channel's consumers (since its router started)."),
 )
 _CHANNEL_GAUGES = (
     ("depth", "depth", "Messages queued in the channel (backend_depth included)."),
@@ -105,9 +107,15 @@ class BrokerCollector(Collector):
                                   value=sum(t["message_count"] for t in s.topics))
         yield CounterMetricFamily("nsqmp_published_bytes", "Bytes of message bodies published to the topics "
                                   "the broker has now.", value=sum(t["message_bytes"] for t in s.topics))
+        channels = [c for t in s.topics for c in t["channels"]]
         yield CounterMetricFamily("nsqmp_fanout_messages", "Messages the channels received (the fan-out), "
                                   "summed over the channels the broker has now.",
-                                  value=sum(c["message_count"] for t in s.topics for c in t["channels"]))
+                                  value=sum(c["message_count"] for c in channels))
+        yield CounterMetricFamily("nsqmp_delivered_messages", "Messages handed to consumers, summed over the "
+                                  "channels the broker has now (each since its router started).",
+                                  value=sum(c.get("nsqmp_delivery_count", 0) for c in channels))
+        yield CounterMetricFamily("nsqmp_finished_messages", "Messages FINished, summed likewise.",
+                                  value=sum(c.get("nsqmp_finish_count", 0) for c in channels))
         conns = GaugeMetricFamily("nsqmp_connections", "Established client connections to the broker's "
                                   "listeners, every acceptor's.", labels=["listener"])
         for listener, n in sorted(s.connections.items()):
@@ -139,7 +147,7 @@ class BrokerCollector(Collector):
         for key, suffix, doc in _CHANNEL_COUNTERS:
             fam = CounterMetricFamily(f"nsqmp_channel_{suffix}", doc, labels=["topic", "channel"])
             for topic, c in pairs:
-                fam.add_metric([topic, c["channel_name"]], c[key])
+                fam.add_metric([topic, c["channel_name"]], c.get(key, 0))
             yield fam
         for key, suffix, doc in _CHANNEL_GAUGES:
             fam = GaugeMetricFamily(f"nsqmp_channel_{suffix}", doc, labels=["topic", "channel"])

@@ -53,7 +53,10 @@ def test_topics_channels_processes_and_rings(broker):
     assert s[("nsqmp_channel_in_flight", billing)] == 1
     assert s[("nsqmp_channel_consumers", billing)] == 1
     assert s[("nsqmp_channel_depth", billing)] == 2  # the held messages went to the first channel; one is in flight
+    assert s[("nsqmp_channel_delivered_total", billing)] == 1
+    assert s[("nsqmp_channel_finished_total", billing)] == 0
     assert s[("nsqmp_published_messages_total", ())] == 4
+    assert s[("nsqmp_delivered_messages_total", ())] == 1
     assert s[("nsqmp_topics", ())] == 2 and s[("nsqmp_channels", ())] == 1
     assert s[("nsqmp_connections", (("listener", "tcp"),))] == 2
     roles = {dict(labels)["role"] + dict(labels)["index"]
@@ -124,6 +127,7 @@ def test_fsync_durations_of_segments_and_ack_logs(make_broker):
         c.sub("synced", "ch", rdy=1)
         c.pub("synced", b"a")
         c.fin(c.read_message().id)
+    wait_for(lambda: samples(scrape(broker)[1])[("nsqmp_finished_messages_total", ())] == 1, what="the FIN counted")
 
     def counts(s, role):
         return {dict(labels)["index"]: v for (name, labels), v in s.items()

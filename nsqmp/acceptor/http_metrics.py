@@ -1,7 +1,8 @@
 """HTTP /metrics (Prometheus) and the statsd push: the whole broker, from any acceptor.
 
 /metrics gathers what /stats gathers (every router's topics and channels, without clients)
-and the routers' fire lateness histograms, reads the rest where it lives (each role's CPU
+the routers' fire lateness histograms and ring high-water marks (every ring has a router at
+one end, which sees its peaks: nsqmp.ipc.mesh.Endpoint.high_water), reads the rest where it lives (each role's CPU
 and memory in /proc, restarts from the control block's generations, ring occupancy from
 the rings' headers, connections from /proc/net/tcp, segment files from the data path) and
 renders it with prometheus_client (nsqmp.metrics.exposition).
@@ -96,9 +97,10 @@ async def h_metrics(server, req: Request):
 
 async def gather_snapshot(server) -> Snapshot:
     """Every figure of one scrape (see the module's docstring for where each comes from)."""
-    topics, fire, syncs = await asyncio.gather(server.gather_stats(None, None, False),
-                                               server.ask_routers({"op": "fire_lateness"}),
-                                               server.ask_routers({"op": "sync_times"}))
+    topics, fire, syncs, peaks = await asyncio.gather(server.gather_stats(None, None, False),
+                                                      server.ask_routers({"op": "fire_lateness"}),
+                                                      server.ask_routers({"op": "sync_times"}),
+                                                      server.ask_routers({"op": "ring_high_water"}))
     plan = server.plan
     rings = _rings.get(plan.run_pid)
     if rings is None:
@@ -108,6 +110,7 @@ async def gather_snapshot(server) -> Snapshot:
         version=VERSION, start_time=server.start_time, healthy=not server.health, topics=topics,
         fire_lateness={(kind, r["index"]): r[kind] for r in fire for kind in ("timeouts", "deferred") if kind in r},
         processes=processes(server), rings=rings.read(), segment_files=files, segment_bytes=size,
+        ring_peaks={ring: max(r.get(ring, 0) for r in peaks) for ring in plan.ring_names()},
         syncs={**{("acceptor", i): snap for i, snap in _acceptor_syncs(server).items()},
                **{("router", r["index"]): r for r in syncs if "counts" in r}},
         connections=procfs.established({server.tcp_port: "tcp", server.http_port: "http",

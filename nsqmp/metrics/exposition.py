@@ -43,6 +43,7 @@ class Snapshot:
     processes: list[ProcessFigures] = field(default_factory=list)
     connections: dict[str, int] = field(default_factory=dict)  # listener -> established
     rings: list[tuple[str, int, int]] = field(default_factory=list)  # (ring, used, capacity)
+    ring_peaks: dict[str, int] = field(default_factory=dict)  # ring -> high-water mark (bytes)
     segment_files: int = 0
     segment_bytes: int = 0
     syncs: dict[tuple[str, int], dict] = field(default_factory=dict)  # (role, index) -> SyncTimes snapshot
@@ -187,11 +188,17 @@ class BrokerCollector(Collector):
         used = GaugeMetricFamily("nsqmp_ring_used_bytes", "Bytes written to the ring and not yet consumed "
                                  "(a{i}r{j}: acceptor i to router j; r{j}a{i}; r{j}t; tr{j}).", labels=["ring"])
         cap = GaugeMetricFamily("nsqmp_ring_capacity_bytes", "Bytes of the ring's data area.", labels=["ring"])
+        peak = GaugeMetricFamily("nsqmp_ring_high_water_bytes", "The most bytes the ring held since the router "
+                                 "at its end started (seen after each push and before each drain).",
+                                 labels=["ring"])
         for ring, n, capacity in self.snap.rings:
             used.add_metric([ring], n)
             cap.add_metric([ring], capacity)
+            if ring in self.snap.ring_peaks:
+                peak.add_metric([ring], self.snap.ring_peaks[ring])
         yield used
         yield cap
+        yield peak
 
     def _lateness(self) -> Iterator[Metric]:
         hist = HistogramMetricFamily("nsqmp_fire_lateness_seconds", "How long after its deadline a timed-out "

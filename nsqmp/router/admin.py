@@ -186,4 +186,5 @@ OPS = {
     "fire_lateness": lambda r, q: {"index": r.index,
                                    **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
     "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics
+    "ring_high_water": lambda r, q: r.endpoint.high_water(),  # every ring has a router at one end
 }

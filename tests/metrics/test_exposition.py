@@ -65,6 +65,12 @@ def test_topics_channels_processes_and_rings(broker):
     assert all(v > 0 for (name, _), v in s.items() if name == "nsqmp_process_resident_memory_bytes")
     rings = {dict(labels)["ring"] for name, labels in s if name == "nsqmp_ring_capacity_bytes"}
     assert rings == {"a0r0", "r0a0", "a1r0", "r0a1", "r0t", "tr0", "a0r1", "r1a0", "a1r1", "r1a1", "r1t", "tr1"}
+    peaks = {dict(labels)["ring"]: v for (name, labels), v in s.items() if name == "nsqmp_ring_high_water_bytes"}
+    assert set(peaks) == rings
+    # the publishes went to the routers and the delivery to the subscriber: both directions peaked
+    assert any(v > 0 for r, v in peaks.items() if r.startswith("a")) and any(
+        v > 0 for r, v in peaks.items() if r.startswith("r") and "a" in r)
+    assert all(v <= 8 << 20 for v in peaks.values())
     assert s[("nsqmp_segment_files", ())] >= 2
     for router in ("0", "1"):
         assert s[("nsqmp_fire_lateness_seconds_bucket", (("kind", "timeouts"), ("le", "+Inf"), ("router", router)))] == 0

@@ -117,12 +117,15 @@ class Pusher:
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self, stopping: Callable[[], bool]) -> None:
-        """Push every interval until stopping() (ticks keep their phase, as Go's ticker)."""
+        """Push every interval until stopping() (ticks keep their phase and a slow push skips
+        the ticks it overran, as Go's ticker drops them)."""
         loop = asyncio.get_running_loop()
         next_at = loop.time() + self.interval
         while not stopping():
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             next_at += self.interval
+            while next_at <= loop.time():  # overran: the ticks missed are dropped
+                next_at += self.interval
             if stopping():
                 break
             try:

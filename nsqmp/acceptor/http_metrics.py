@@ -38,6 +38,7 @@ log = logging.getLogger("nsqmp.acceptor")
 
 _rings: dict[int, procfs.RingGauges] = {}  # run pid -> this process's read-only ring views
 _tasks: set[asyncio.Task] = set()
+_stopped: set[int] = set()  # runs whose acceptor here has stopped (its files removed)
 _BOARD_INTERVAL = 1.0  # s: how stale another acceptor's sync times may be in /metrics
 
 
@@ -50,6 +51,24 @@ def start(server) -> None:
         _tasks.add(task)  # the loop holds tasks weakly
 
 
+def stop(server) -> None:
+    """Graceful stop: this acceptor's files in /dev/shm go (a crash leaves them to the next
+    start's sweep of dead runs' segments, nsqmp.ipc.shm.remove_stale)."""
+    paths = [_board_path(server.plan.run_pid, server.index)]
+    if server.index == 0:
+        paths.append(_statsd_path(server.plan.run_pid))
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    _stopped.add(server.plan.run_pid)
+
+
+def _statsd_path(run_pid: int) -> str:
+    return f"/dev/shm/{shm.PREFIX}{run_pid}.statsd"
+
+
 def _board_path(run_pid: int, index: int) -> str:
     return f"/dev/shm/{shm.PREFIX}{run_pid}.syncs.{index}"
 
@@ -57,6 +76,8 @@ def _board_path(run_pid: int, index: int) -> str:
 def _write_board(server, written: int) -> None:
     """This acceptor's sync times for the others' scrapes, when they changed (every second)."""
     total = sum(SYNCS.counts)
+    if server.plan.run_pid in _stopped:  # stopping: a write still scheduled must not bring it back
+        return
     if total != written:
         path = _board_path(server.plan.run_pid, server.index)
         try:
@@ -66,7 +87,7 @@ def _write_board(server, written: int) -> None:
             written = total
         except OSError as exc:  # /metrics then misses this acceptor's syncs; nothing else
             log.warning("cannot write %s: %s", path, exc)
-    if not server._stopping:
+    if server.plan.run_pid not in _stopped:
         server.loop.call_later(_BOARD_INTERVAL, _write_board, server, written)
 
 
@@ -151,7 +172,7 @@ def start_statsd(server) -> asyncio.Task | None:
         return topics, (await server.gather_memory() if opts.statsd_mem_stats else None)
 
     http_port = opts.http_address.rpartition(":")[2]  # nsqd: the flag's port, as written
-    path = f"/dev/shm/{shm.PREFIX}{server.plan.run_pid}.statsd"
+    path = _statsd_path(server.plan.run_pid)
     pusher = Pusher(str(opts.statsd_address), host_prefix(opts.statsd_prefix, opts.broadcast_address, http_port),
                     opts.statsd_interval, opts.statsd_mem_stats, opts.statsd_udp_packet_size,
                     opts.statsd_exclude_ephemeral, gather, on_pushed=lambda p: _keep(path, p))
@@ -170,7 +191,9 @@ async def _run(server, pusher: Pusher, path: str) -> None:
 
 
 def _keep(path: str, pusher: Pusher) -> None:
-    """Write what was pushed (atomically) for a restarted acceptor 0."""
+    """Write what was pushed (atomically) for a restarted acceptor 0 (not once stopping)."""
+    if any(path == _statsd_path(run) for run in _stopped):
+        return
     try:
         with open(path + ".tmp", "wb") as f:
             f.write(orjson.dumps({"last": pusher.last, "gc_runs": pusher.last_gc_runs}))

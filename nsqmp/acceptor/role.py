@@ -160,6 +160,7 @@ class Acceptor(Role):
         await asyncio.sleep(0)  # let connection_lost run and queue the GONE records
         self.publisher.close()
         self.producers.remove()
+        http_metrics.stop(self)
 
     # -- what a connection may ask (nsqmp.acceptor.host.AcceptorSide) ----------------
     def new_conn_id(self) -> int:

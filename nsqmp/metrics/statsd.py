@@ -137,11 +137,14 @@ class Pusher:
     async def push_once(self, stopping: Callable[[], bool] = lambda: False) -> int:
         """Gather, build, send (spread over interval - 1 s); returns the packets sent."""
         host, _, port = self.address.rpartition(":")
-        try:
-            sock = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, socket.SOCK_DGRAM)
+        try:  # resolved off the loop's thread (nsqd dials with a 1 s timeout)
+            infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
+                host.strip("[]"), int(port), type=socket.SOCK_DGRAM), 1.0)
+            family, kind, proto, _, addr = infos[0]
+            sock = socket.socket(family, kind, proto)
             sock.setblocking(False)
-            sock.connect((host.strip("[]"), int(port)))
-        except (OSError, ValueError):
+            sock.connect(addr)
+        except (OSError, ValueError, IndexError, asyncio.TimeoutError):
             log.error("failed to create UDP socket to statsd(%s)", self.address)
             return 0
         try:

@@ -131,7 +131,7 @@ async def gather_snapshot(server) -> Snapshot:
         version=VERSION, start_time=server.start_time, healthy=not server.health, topics=topics,
         fire_lateness={(kind, r["index"]): r[kind] for r in fire for kind in ("timeouts", "deferred") if kind in r},
         processes=processes(server), rings=rings.read(), segment_files=files, segment_bytes=size,
-        ring_peaks={ring: max(r.get(ring, 0) for r in peaks) for ring in plan.ring_names()},
+        ring_peaks={ring: max((r.get(ring, 0) for r in peaks), default=0) for ring in plan.ring_names()},
         syncs={**{("acceptor", i): snap for i, snap in _acceptor_syncs(server).items()},
                **{("router", r["index"]): r for r in syncs if "counts" in r}},
         connections=procfs.established({server.tcp_port: "tcp", server.http_port: "http",

@@ -126,7 +126,12 @@ async def gather_snapshot(server) -> Snapshot:
     rings = _rings.get(plan.run_pid)
     if rings is None:
         rings = _rings[plan.run_pid] = procfs.RingGauges(plan)
-    files, size = procfs.segment_usage(topics_root(server.opts.data_path))
+    loop = server.loop
+    # directory walks and /proc/net/tcp: file reads, off the loop's thread
+    (files, size), connections = await asyncio.gather(
+        loop.run_in_executor(None, procfs.segment_usage, topics_root(server.opts.data_path)),
+        loop.run_in_executor(None, procfs.established, {server.tcp_port: "tcp", server.http_port: "http",
+                                                        server.https_port: "https"}))
     return Snapshot(
         version=VERSION, start_time=server.start_time, healthy=not server.health, topics=topics,
         fire_lateness={(kind, r["index"]): r[kind] for r in fire for kind in ("timeouts", "deferred") if kind in r},
@@ -134,8 +139,7 @@ async def gather_snapshot(server) -> Snapshot:
         ring_peaks={ring: max((r.get(ring, 0) for r in peaks), default=0) for ring in plan.ring_names()},
         syncs={**{("acceptor", i): snap for i, snap in _acceptor_syncs(server).items()},
                **{("router", r["index"]): r for r in syncs if "counts" in r}},
-        connections=procfs.established({server.tcp_port: "tcp", server.http_port: "http",
-                                        server.https_port: "https"}),
+        connections=connections,
     )
 
 

@@ -75,6 +75,7 @@ class RingGauges:
         return out
 
     def close(self) -> None:
+        """Unmap every view."""
         for buf in self._maps.values():
             buf.close()
         self._maps.clear()

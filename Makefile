@@ -10,6 +10,9 @@ NATIVE  = $(wildcard native/*.c native/*.h native/bench/*.c)
 # nsqjs for the client-compatibility tests (tests/compat/js): pinned by package-lock.json
 JS_DIR   = tests/compat/js
 JS_STAMP = $(JS_DIR)/node_modules/.installed
+# Etsy's statsd daemon for the statsd push tests (tests/metrics/statsd): pinned likewise
+STATSD_DIR   = tests/metrics/statsd
+STATSD_STAMP = $(STATSD_DIR)/node_modules/.installed
 
 .PHONY: run test test-fast bench example-config clean
 
@@ -39,13 +42,17 @@ $(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
 	cd $(JS_DIR) && npm ci --no-audit --no-fund
 	touch $@
 
+$(STATSD_STAMP): $(STATSD_DIR)/package.json $(STATSD_DIR)/package-lock.json
+	cd $(STATSD_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
 run: $(RUN_STAMP)
 	$(BIN)/nsqmp serve $(ARGS)
 
-test: $(STAMP) $(JS_STAMP)
+test: $(STAMP) $(JS_STAMP) $(STATSD_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(JS_STAMP)
+test-fast: $(STAMP) $(JS_STAMP) $(STATSD_STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: $(STAMP)

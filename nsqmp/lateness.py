@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["FireLateness", "summary"]
+__all__ = ["STEPS", "FireLateness", "bound_seconds", "merged_counts", "summary"]
 
-_STEPS = 4  # buckets per doubling
+STEPS = _STEPS = 4  # buckets per doubling
 _BUCKETS = 112  # the last holds everything from 2 ** (111 / 4) us (about 223 s) up
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
 
@@ -24,6 +24,16 @@ _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
 def _bound_ms(i: int) -> float:
     """Upper bound of bucket i in ms."""
     return 2 ** (i / _STEPS) / 1000
+
+
+def bound_seconds(i: int) -> float:
+    """Upper bound of bucket i in seconds (the last bucket has none: it holds the rest)."""
+    return 2 ** (i / _STEPS) / 1e6
+
+
+def merged_counts(snapshots: list[dict]) -> list[int]:
+    """Bucket counts of several routers' snapshots added up ([] for none)."""
+    return [sum(col) for col in zip(*(s["counts"] for s in snapshots))] if snapshots else []
 
 
 class FireLateness:
@@ -47,7 +57,7 @@ class FireLateness:
 
 def summary(snapshots: list[dict]) -> dict:
     """The merged snapshots as count, percentiles and max, in ms."""
-    counts = [sum(col) for col in zip(*(s["counts"] for s in snapshots))] if snapshots else []
+    counts = merged_counts(snapshots)
     total = sum(counts)
     out: dict = {"count": total}
     if not total:

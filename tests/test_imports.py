@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "nsqmp"
 
 ROLES = {"supervisor", "acceptor", "router", "timer", "lookupd", "admin"}
-SHARED = {"ipc", "diskqueue", "protocol", "config", "client"}
+SHARED = {"ipc", "diskqueue", "protocol", "config", "client", "metrics"}
 TOOLS = {"bench", "spark", "utils"}
 ENTRY_POINTS = {"cli", "__main__"}
 SUPERVISOR_FORKS = {"nsqmp.acceptor.role", "nsqmp.router.role", "nsqmp.timer.role"}

@@ -1,6 +1,6 @@
 """nsqd's HTTP API on an acceptor: the connection, and the routes to the endpoint families
 (http_publish: /pub, /mpub; http_admin: /topic/*, /channel/*; http_stats: /stats;
-http_info: /ping, /info, /config/*).
+http_metrics: /metrics; http_info: /ping, /info, /config/*).
 
 httptools parses; each route is a coroutine handler (server, request) -> (status, body,
 content type). Errors are nsqd's: a JSON body {"message": "<CODE>"} with nsqd's
@@ -16,6 +16,7 @@ import orjson
 
 from nsqmp.acceptor.http_admin import ADMIN_ROUTES
 from nsqmp.acceptor.http_info import h_config, h_info, h_ping
+from nsqmp.acceptor.http_metrics import h_metrics
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
 from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
 from nsqmp.acceptor.http_stats import h_stats
@@ -144,5 +145,6 @@ ROUTES = {
     "/pub": (("POST",), h_pub),  # nsqd registers POST only: PUT is 405
     "/mpub": (("POST",), h_mpub),
     "/stats": (("GET",), h_stats),
+    "/metrics": (("GET",), h_metrics),
     **ADMIN_ROUTES,
 }

@@ -12,6 +12,7 @@ import time
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.flow import RingHold
 from nsqmp.acceptor.http import HttpConnection
+from nsqmp.acceptor import http_metrics
 from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher
 from nsqmp.acceptor.registrar import Registrar
@@ -141,6 +142,7 @@ class Acceptor(Role):
         if self.registrar is not None:
             # on the running loop; and read then: a CONFIG_SET may have changed them meanwhile
             self.loop.call_soon(self._connect_lookupds)
+        http_metrics.start(self)  # sync times for /metrics; acceptor 0 pushes to statsd
 
     def _periodic_sync(self) -> None:
         self.publisher.sync()
@@ -158,6 +160,7 @@ class Acceptor(Role):
         await asyncio.sleep(0)  # let connection_lost run and queue the GONE records
         self.publisher.close()
         self.producers.remove()
+        http_metrics.stop(self)
 
     # -- what a connection may ask (nsqmp.acceptor.host.AcceptorSide) ----------------
     def new_conn_id(self) -> int:

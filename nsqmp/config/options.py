@@ -687,6 +687,7 @@ SECTIONS: dict[str, str] = {
     "tls": "TLS",
     "auth": "Authorization",
     "latency": "End-to-end processing latency",
+    "statsd": "statsd push",
     "logging": "Logging",
     "processes": "nsqmp processes (nsqmp only)",
 }
@@ -970,6 +971,40 @@ OPTIONS: tuple[Option, ...] = (
         "Time window over which the latency percentiles are computed.",
         section="latency", check=positive,
     ),
+    # -- statsd -----------------------------------------------------------------------
+    Option(
+        "statsd-address", ADDRESS, "",
+        "UDP <addr>:<port> of a statsd daemon for pushing stats (nsqd's names and types; "
+        "acceptor 0 pushes for the whole broker). Empty: no push.",
+        section="statsd", allow_empty=True,
+    ),
+    Option(
+        "statsd-prefix", STR, "nsq.%s",
+        "Prefix used for keys sent to statsd; %s is replaced by <broadcast-address>_<http "
+        "port> with '.' and ':' as '_', and a '.' is added at the end if missing.",
+        section="statsd",
+    ),
+    Option(
+        "statsd-interval", DURATION, "60s",
+        "Duration between pushes to statsd; a push is spread over the interval less one "
+        "second, as nsqd does.",
+        section="statsd", check=between(0.001, 86400, unit="duration"),
+    ),
+    Option(
+        "statsd-mem-stats", BOOL, True,
+        "Push the memory and GC figures too (mem.*: /stats' memory block, see docs/metrics.md).",
+        section="statsd",
+    ),
+    Option(
+        "statsd-udp-packet-size", INT, 508,
+        "The size in bytes of statsd UDP packets: lines are gathered into packets up to it.",
+        section="statsd", check=between(1, 65507),
+    ),
+    Option(
+        "statsd-exclude-ephemeral", BOOL, False,
+        "Skip ephemeral topics and channels when pushing to statsd.",
+        section="statsd",
+    ),
     # -- logging ----------------------------------------------------------------------
     Option(
         "log-level", STR, "info",
@@ -1048,18 +1083,10 @@ OPTIONS: tuple[Option, ...] = (
 
 
 #: nsqd's options that nsqmp accepts and ignores: flag name -> (takes a value, why).
-#: ``nsqmp-nsqd`` takes them on its command line and a config file may hold their keys
-#: (``statsd_address``), so harnesses and files written for nsqd keep working; nothing
-#: reads them and ``nsqmp serve`` has no such flags. statsd comes with the observability
-#: issue, as real options then.
-IGNORED_NSQD: dict[str, tuple[bool, str]] = {
-    "statsd-address": (True, "statsd is not implemented"),
-    "statsd-prefix": (True, "statsd is not implemented"),
-    "statsd-interval": (True, "statsd is not implemented"),
-    "statsd-mem-stats": (False, "statsd is not implemented"),
-    "statsd-udp-packet-size": (True, "statsd is not implemented"),
-    "statsd-exclude-ephemeral": (False, "statsd is not implemented"),
-}
+#: ``nsqmp-nsqd`` takes them on its command line and a config file may hold their keys,
+#: so harnesses and files written for nsqd keep working; nothing reads them and ``nsqmp
+#: serve`` has no such flags. None today (statsd's are real options now).
+IGNORED_NSQD: dict[str, tuple[bool, str]] = {}
 
 
 def _index(options: Iterable[Option]) -> tuple[dict[str, Option], dict[str, Option], dict[str, Option]]:

@@ -162,6 +162,11 @@ class Endpoint:
         for src, name in plan.inbound(slot).items():
             self.inp[src] = self._attach(name)
         self._pending: dict[int, list[bytes | bytearray]] = {dst: [] for dst in self.out}
+        # the most bytes each ring held that this end saw: right after our pushes (a producer
+        # sees its ring's peaks) and right before our pops (a consumer sees its ring's);
+        # read once per ring per flush or drain, never per record (/metrics asks routers)
+        self.out_peak: dict[int, int] = dict.fromkeys(self.out, 0)
+        self.in_peak: dict[int, int] = dict.fromkeys(self.inp, 0)
         self._blocked: set[int] = set()
         self._flush_scheduled = False
         self._draining = False
@@ -224,6 +229,9 @@ class Endpoint:
                 written, wake = ring.push_many(pending)
             if wake:
                 self._doorbells[dst].ring()
+            used = ring.used
+            if used > self.out_peak[dst]:
+                self.out_peak[dst] = used
             if written == len(pending):
                 pending.clear()
                 self._blocked.discard(dst)
@@ -289,6 +297,11 @@ class Endpoint:
         """Handle what waits on one ring, in order; with `urgent`, what comes on that ring
         meanwhile is handled between two of these records."""
         src, ring = source
+        used = ring.used
+        if not used:
+            return 0
+        if used > self.in_peak[src]:
+            self.in_peak[src] = used
         records = ring.pop_many(max_records)
         if not records:
             return 0
@@ -308,6 +321,12 @@ class Endpoint:
             unhandled = len(records) - _position(records, record) - 1
             raise RecordError(src, record[0] if record else -1, unhandled) from exc
         return taken
+
+    def high_water(self) -> dict[str, int]:
+        """Ring name -> the most bytes it held that this end saw (see out_peak, in_peak)."""
+        out = {name: self.out_peak.get(dst, 0) for dst, name in self.plan.outbound(self.slot).items()}
+        out.update({name: self.in_peak.get(src, 0) for src, name in self.plan.inbound(self.slot).items()})
+        return out
 
     def prepare_sleep(self) -> bool:
         """True when every inbound ring is empty and flagged, so the doorbell will wake us."""

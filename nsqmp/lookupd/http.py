@@ -219,6 +219,27 @@ def h_debug(server, params) -> bytes:
     return dumps(data, sort_keys=True)
 
 
+def h_metrics(server, params, accept: str = "") -> Response:
+    """GET /metrics (nsqmp's): the registry's figures in Prometheus' text format, or
+    OpenMetrics when Accept asks for it (nsqmp.metrics.lookupd)."""
+    # imported on the first scrape: prometheus_client costs the start-up of a lookupd never scraped
+    from nsqmp.metrics.exposition import render
+    from nsqmp.metrics.lookupd import LookupdCollector, LookupdFigures
+
+    db = server.db
+    now = time.time_ns()
+    per_topic = {r.key: len(filter_by_active(db.find_producers(TOPIC, r.key, ""), server.inactive_ns,
+                                             server.tombstone_ns, now))
+                 for r in db.find_registrations(TOPIC, "*", "")}
+    tombstoned = sum(p.is_tombstoned(server.tombstone_ns, now) for r in db.find_registrations(TOPIC, "*", "")
+                     for p in db.find_producers(TOPIC, r.key, ""))
+    figures = LookupdFigures(VERSION, len(filter_by_active(db.find_producers(CLIENT, "", ""), server.inactive_ns,
+                                                             0, now)),
+                             tombstoned, len(db.find_registrations(CHANNEL, "*", "*")), per_topic)
+    body, ctype = render(LookupdCollector(figures), accept)
+    return Response(200, body, ctype, v1=False)
+
+
 def h_topic_create(server, params) -> None:
     topic = _topic_arg(params)
     if not _valid(topic):
@@ -281,6 +302,7 @@ ROUTES: dict[str, dict[str, Handler]] = {
         "/topics": h_topics,
         "/channels": h_channels,
         "/nodes": h_nodes,
+        "/metrics": h_metrics,
     },
     "POST": {
         "/topic/create": h_topic_create,
@@ -340,8 +362,8 @@ def _redirect(status: int, method: str, location: str, raw_query: bytes) -> Resp
     return Response(status, b"", None, False, headers)
 
 
-def route(server, method: str, path: str, raw_query: bytes) -> Response:
-    """Answer one request."""
+def route(server, method: str, path: str, raw_query: bytes, accept: str = "") -> Response:
+    """Answer one request (`accept`: its Accept header, which only /metrics reads)."""
     routes = ROUTES.get(method)
     if routes is not None:
         handler = routes.get(path)
@@ -351,7 +373,7 @@ def route(server, method: str, path: str, raw_query: bytes) -> Response:
             except ValueError:
                 return error_response(400, "INVALID_REQUEST")
             try:
-                result = handler(server, params)
+                result = handler(server, params, accept) if handler is h_metrics else handler(server, params)
             except HttpError as exc:
                 return error_response(exc.status, exc.message)
             if result is None:
@@ -402,6 +424,7 @@ class HttpConnection(asyncio.Protocol):
         self.remote = "?"
         self._url = bytearray()
         self._header_bytes = 0
+        self._accept = ""
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
@@ -451,6 +474,7 @@ class HttpConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url.clear()
         self._header_bytes = 0
+        self._accept = ""
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
@@ -458,6 +482,8 @@ class HttpConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count(len(name) + len(value) + 4)
+        if name.lower() == b"accept":  # for /metrics' format
+            self._accept = value.decode("latin-1")
 
     def _count(self, n: int) -> None:
         self._header_bytes += n
@@ -478,7 +504,7 @@ class HttpConnection(asyncio.Protocol):
         raw_query = url.query or b""
         started = time.perf_counter()
         try:
-            resp = route(self.server, method, path, raw_query)
+            resp = route(self.server, method, path, raw_query, self._accept)
         except Exception:  # a bug must not take the daemon down
             log.exception("HTTP %s %s failed", method, path)
             resp = error_response(500, "INTERNAL_ERROR")

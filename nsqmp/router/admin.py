@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
 
 log = logging.getLogger("nsqmp.router")
@@ -203,5 +204,8 @@ OPS = {
     "channel_pause": channel_pause,
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
-    "fire_lateness": lambda r, q: {kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()},
+    "fire_lateness": lambda r, q: {"index": r.index,
+                                   **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
+    "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics
+    "ring_high_water": lambda r, q: r.endpoint.high_water(),  # every ring has a router at one end
 }

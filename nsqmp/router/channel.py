@@ -60,6 +60,10 @@ class Channel:
     message_count: int = 0
     requeue_count: int = 0
     timeout_count: int = 0
+    # nsqmp's, for /metrics: handed to consumers, and FINished, since this router started
+    # (not in meta.json's counts: its format stays as it is)
+    delivery_count: int = 0
+    finish_count: int = 0
     e2e: E2eLatency | None = None  # with --e2e-processing-latency-percentile
     # the timer link, and the delivery pass's scheduling of this channel (Delivery.mark)
     deadlines: Deadlines = field(default_factory=lambda: Deadlines(0, 0, 1 << 16), repr=False)
@@ -163,6 +167,7 @@ class Channel:
                 self.e2e.insert(now - m.ts)
         c.in_flight -= done
         c.finish_count += done
+        self.finish_count += done
         self.mark(self)
         if runs:
             topic = self.topic
@@ -372,6 +377,8 @@ class Channel:
             "message_count": self.message_count,
             "requeue_count": self.requeue_count,
             "timeout_count": self.timeout_count,
+            "nsqmp_delivery_count": self.delivery_count,
+            "nsqmp_finish_count": self.finish_count,
             "client_count": len(self.consumers),
             "clients": clients,
             "paused": self.paused,

@@ -169,6 +169,7 @@ class Delivery:
                     self.drain_urgent()
             c.in_flight += n
             c.message_count += n
+            ch.delivery_count += n  # per consumer, as the two above: no work per message
             # out now: a connection has one SUB, so no other channel's frames would join these
             self.send_frames(c.conn, frames)
             self.unpushed += n

@@ -541,31 +541,31 @@ def test_option_lookup_table_is_consistent() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# nsqd options accepted and ignored (statsd): nsqd's command line and config files only
+# statsd: real options with nsqd's names and defaults (issue 21), in Go syntax for nsqmp-nsqd
 # --------------------------------------------------------------------------------------
 
 
-def test_statsd_options_are_not_declared() -> None:
-    assert not [opt.name for opt in OPTIONS if opt.name.startswith("statsd")]
-    assert error_of(["--statsd-address", "127.0.0.1:8125"]).startswith("unknown option --statsd-address")
+def test_statsd_options_have_nsqds_defaults() -> None:
+    c = from_namespace(build_parser("nsqmp serve").parse_args([]), environ={})
+    assert (c.statsd_address, c.statsd_prefix, c.statsd_interval, c.statsd_mem_stats, c.statsd_udp_packet_size,
+            c.statsd_exclude_ephemeral) == ("", "nsq.%s", 60.0, True, 508, False)
 
 
-def test_nsqd_parser_accepts_and_names_the_ignored_flags() -> None:
+def test_nsqd_parser_takes_the_statsd_flags_in_go_syntax() -> None:
     parser = build_parser("nsqd", nsqd=True)
-    ns = parser.parse_args(["-statsd-address=127.0.0.1:8125", "--statsd-prefix", "p.%s", "-statsd-mem-stats",
-                            "--statsd-exclude-ephemeral=false", "-statsd-interval", "10s", "--routers", "3"])
+    ns = parser.parse_args(["-statsd-address=127.0.0.1:8125", "--statsd-prefix", "p.%s", "-statsd-mem-stats=false",
+                            "--statsd-exclude-ephemeral", "-statsd-interval", "10s", "-statsd-udp-packet-size=1400",
+                            "--routers", "3"])
     c = from_namespace(ns, environ={})
-    assert c.routers == 3
-    assert [what for what, _ in ignored_given(ns, c)] == [
-        "-statsd-address", "-statsd-prefix", "-statsd-interval", "-statsd-mem-stats", "-statsd-exclude-ephemeral"]
-    assert all(why == "statsd is not implemented" for _, why in ignored_given(ns, c))
-    assert "accepted for nsqd compatibility and ignored" in parser.format_help()
-    assert "statsd" not in build_parser("nsqmp serve").format_help()
+    assert (c.routers, c.statsd_address, c.statsd_prefix, c.statsd_interval) == (3, "127.0.0.1:8125", "p.%s", 10.0)
+    assert (c.statsd_mem_stats, c.statsd_exclude_ephemeral, c.statsd_udp_packet_size) == (False, True, 1400)
+    assert ignored_given(ns, c) == []
+    assert "--statsd-address" in build_parser("nsqmp serve").format_help()
 
 
-def test_nsqd_config_file_with_statsd_keys_loads_and_they_are_named(tmp_path: Path) -> None:
+def test_nsqd_config_file_with_statsd_keys_loads_them(tmp_path: Path) -> None:
     path = write(tmp_path, 'statsd_address = "127.0.0.1:8125"\nstatsd_interval = "10s"\nmem_queue_size = 7\n')
     ns = build_parser("nsqmp serve").parse_args(["--config", path])
     c = from_namespace(ns, environ={})
-    assert c.mem_queue_size == 7
-    assert [what for what, _ in ignored_given(ns, c)] == [f"statsd_address in {path}", f"statsd_interval in {path}"]
+    assert (c.mem_queue_size, c.statsd_address, c.statsd_interval) == (7, "127.0.0.1:8125", 10.0)
+    assert ignored_given(ns, c) == []

@@ -1,0 +1,44 @@
+"""Ring high-water marks as each end of a real ring sees them (nsqmp.ipc.mesh.Endpoint)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from nsqmp.ipc import mesh, pyring, shm
+from nsqmp.ipc.doorbell import Doorbell
+
+
+@pytest.fixture
+def pair():
+    # named after this live process, as in tests/ipc/test_endpoint.py
+    plan = mesh.Plan(os.getpid(), 1, 1, 1 << 16)
+    names = mesh.create_all(plan)
+    doorbells = [Doorbell() for _ in range(plan.slots)]
+    acceptor = mesh.Endpoint(plan, plan.acceptor_slot(0), doorbells)
+    router = mesh.Endpoint(plan, plan.router_slot(0), doorbells)
+    yield acceptor, router, plan
+    for e in (acceptor, router):
+        e.close()
+    for d in doorbells:
+        d.close()
+    for name in names:
+        shm.unlink(name)
+
+
+def test_both_ends_see_the_peak_and_it_stays_after_the_drain(pair):
+    acceptor, router, plan = pair
+    assert router.high_water() == {"a0r0": 0, "r0a0": 0, "r0t": 0, "tr0": 0}
+    for _ in range(3):  # two flushes: the ring's peak is after the second
+        acceptor.send(plan.router_slot(0), b"x" * 100)
+    acceptor.flush()
+    acceptor.send(plan.router_slot(0), b"y" * 50)
+    acceptor.flush()
+    peak = 3 * pyring.record_size(100) + pyring.record_size(50)
+    assert acceptor.high_water()["a0r0"] == peak  # producer: right after its push
+    assert router.drain(lambda src, rec: None) == 4
+    assert router.high_water()["a0r0"] == peak  # consumer: right before its pop
+    acceptor.send(plan.router_slot(0), b"z")
+    acceptor.flush()
+    router.drain(lambda src, rec: None)
+    assert router.high_water()["a0r0"] == acceptor.high_water()["a0r0"] == peak  # a mark, not the level

@@ -159,7 +159,7 @@ def routes(app: web.Application, base: str) -> None:
     r.add_static(base + "/static", STATIC_DIR, follow_symlinks=False)
     r.add_get(base + "/api/config", h_config)
     r.add_get(base + "/api/topics", h_topics)
-    api.add_routes(r, base)
+    api.add_routes(r, base, app[OPTS].proxy_graphite)
     actions.add_routes(r, base)
     history.add_routes(r, base)
 

@@ -94,11 +94,11 @@ class Cluster:
     """The brokers and lookupds one admin watches, and nsqadmin's ways of asking them."""
 
     def __init__(self, session: aiohttp.ClientSession, lookupds: list[str], nsqds: list[str],
-                 timeout: float = 5.0) -> None:
+                 timeout: aiohttp.ClientTimeout | None = None) -> None:
         self.session = session
         self.lookupds = list(lookupds)
         self.nsqds = list(nsqds)
-        self.timeout = timeout
+        self.timeout = timeout or aiohttp.ClientTimeout(total=5.0, sock_connect=2.0)
         # whole-broker /stats answers in flight at once (all requests together): each is a few
         # MB read then parsed, so this bounds the admin's peak memory on a big cluster; the
         # parsing is serial in this one thread anyway, so little latency is lost
@@ -109,7 +109,7 @@ class Cluster:
         """GET a V1 JSON answer; unwraps pre-1.0 nsqd's {"status_code", "data"} envelope."""
         try:
             async with self.session.get(url, headers={"Accept": "application/vnd.nsq; version=1.0"},
-                                        timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+                                        timeout=self.timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise PeerError(f"got response {resp.status} {resp.reason} {body.decode(errors='replace')!r}")
@@ -129,7 +129,7 @@ class Cluster:
         """POST with an empty body (nsqd's and nsqlookupd's action endpoints)."""
         try:
             async with self.session.post(url, headers={"Accept": "application/vnd.nsq; version=1.0"},
-                                         timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+                                         timeout=self.timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise PeerError(f"got response {resp.status} {resp.reason} {body.decode(errors='replace')!r}")

@@ -166,13 +166,10 @@ def routes(app: web.Application, base: str) -> None:
 
 async def _start_session(app: web.Application) -> None:
     opts = app[OPTS]
-    connector = aiohttp.TCPConnector(limit=64, ttl_dns_cache=60)
-    session = aiohttp.ClientSession(
-        connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(),
-        timeout=aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
-                                      sock_connect=opts.http_client_connect_timeout))
-    app[CLUSTER] = Cluster(session, opts.lookupd_http_addresses, opts.nsqd_http_addresses,
-                           opts.http_client_request_timeout)
+    timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
+                                    sock_connect=opts.http_client_connect_timeout)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, ttl_dns_cache=60), timeout=timeout)
+    app[CLUSTER] = Cluster(session, opts.lookupd_http_addresses, opts.nsqd_http_addresses, timeout)
 
 
 async def _close_session(app: web.Application) -> None:

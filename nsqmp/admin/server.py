@@ -136,10 +136,13 @@ async def h_topics(request: web.Request) -> web.Response:
         topics = await cluster.topics(errors)
         if request.query.get("inactive") == "true":
             inactive: dict[str, list[str]] = {}
-            if cluster.lookupds:
-                for name in topics:
-                    if not await cluster.topic_producers(name, Errors()):
-                        inactive[name] = await cluster.lookupd_topic_channels(name, Errors())
+            if cluster.lookupds:  # nsqadmin asks topic by topic; we ask them all at once
+                found = await asyncio.gather(*(cluster.topic_producers(n, Errors()) for n in topics),
+                                             return_exceptions=True)
+                orphans = [n for n, p in zip(topics, found) if not p or isinstance(p, AllFailed)]
+                chans = await asyncio.gather(*(cluster.lookupd_topic_channels(n, Errors()) for n in orphans),
+                                             return_exceptions=True)
+                inactive = {n: c if isinstance(c, list) else [] for n, c in zip(orphans, chans)}
             return reply(with_errors({"topics": inactive}, errors))
     except AllFailed as exc:
         return upstream(exc)

@@ -77,7 +77,10 @@ async def h_config(request: web.Request) -> web.Response:
             return error(400, "INVALID_OPTION")
     if name not in NAMES:
         return error(400, "INVALID_OPTION")
-    return reply(_value(opts, name))
+    value = _value(opts, name)
+    if isinstance(value, str):  # RespondV1 sends a string as it is, not as JSON
+        return web.Response(text=value, headers={"X-NSQ-Content-Type": "nsq; version=1.0"})
+    return reply(value)
 
 
 def add_routes(router: web.UrlDispatcher, base: str) -> None:

@@ -169,6 +169,11 @@ def test_same_answers_as_go_nsqadmin_and_actions_on_real_nsqd(nsq_cluster):
     finally:
         c.close()
 
+    for opt in ("log_level", "nsqlookupd_http_addresses", "nsqd_http_addresses", "statsd_interval",
+                "http_client_request_timeout", "base_path", "acl_http_header", "admin_users", "graphite_url",
+                "allow_config_from_cidr", "bogus"):
+        assert _http(ours.port, "GET", f"/config/{opt}") == _http(nsq_cluster["go"], "GET", f"/config/{opt}"), opt
+
     headers = {"X-NSQMP-CSRF-Token": ours.token(), "Content-Type": "application/json"}
     assert _http(ours.port, "POST", "/api/topics/orders/billing", b'{"action": "pause"}', headers) == (
         200, {"message": ""})

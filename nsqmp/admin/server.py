@@ -96,7 +96,12 @@ async def guard(request: web.Request, handler):
                 return error(403, "CSRF_TOKEN_MISSING")
             if not secrets.compare_digest(token, request.app[TOKEN]):
                 return error(403, "CSRF_TOKEN_INVALID")
-    return await handler(request)
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:  # nsqadmin's router answers these in JSON too
+        return error(404, "NOT_FOUND")
+    except web.HTTPMethodNotAllowed:
+        return error(405, "METHOD_NOT_ALLOWED")
 
 
 # -- pages, static, config -------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_same_answers_as_go_nsqadmin_and_actions_on_real_nsqd(nsq_cluster):
     try:
         for path in ("/api/topics", "/api/topics?inactive=true", "/api/topics/orders/billing",
                      "/api/topics/orders/nochan", "/api/nodes", f"/api/nodes/127.0.0.1:{h0}",
-                     "/api/nodes/1.2.3.4:5", "/api/counter", "/api/topics/orders"):
+                     "/api/nodes/1.2.3.4:5", "/api/counter", "/api/topics/nothere", "/api/topics/orders"):
             gs, go = _http(nsq_cluster["go"], "GET", path)
             status, mine = _http(ours.port, "GET", path)
             assert status == gs, path

@@ -140,6 +140,12 @@ def cmd_health(argv: list[str]) -> int:
     return health(argv)
 
 
+def cmd_admin(argv: list[str]) -> int:
+    from nsqmp.admin.cli import cmd_admin as run_admin
+
+    return run_admin(argv)
+
+
 #: every `nsqmp` command: name -> (function, one-line description for `nsqmp --help`)
 COMMANDS: dict[str, tuple] = {
     "serve": (cmd_serve, "run the broker (see `nsqmp serve --help`)"),
@@ -147,6 +153,7 @@ COMMANDS: dict[str, tuple] = {
     "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
     "health": (cmd_health, "exit 0 if the broker these options configure answers /ping (the image's HEALTHCHECK)"),
+    "admin": (cmd_admin, "run the admin web UI, nsqadmin (also: nsqmp-nsqadmin)"),
     "bench": (cmd_bench, "benchmarks and load generators (`nsqmp bench --help` lists them)"),
     "tail": (utils.cmd_tail, "print a topic's messages to stdout (nsq_tail)"),
     "to-file": (utils.cmd_to_file, "write a topic's messages to rotated, optionally gzipped files (nsq_to_file)"),

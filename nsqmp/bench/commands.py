@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "parser": ("parser", "the command parser, native against its Python twin: commands/s"),
     "inflight": ("inflight", "the router's consume-path calls (in-flight map, frames), native and twin"),
     "lookupd": ("lookupd", "nsqlookupd's /lookup latency with many brokers registered"),
+    "admin": ("admin", "the admin UI's topic list over many brokers, topics and channels: time and memory"),
     "metrics": ("metrics", "the cost of /metrics and of the statsd push on a broker with many topics and channels"),
     "spark": ("spark", "rows/s through the PySpark source, into the noop and Parquet sinks (spark extra)"),
 }

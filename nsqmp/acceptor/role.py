@@ -81,6 +81,7 @@ class Acceptor(Role):
         self.https_port = https_sock.getsockname()[1] if https_sock is not None else -1
         self._conn_numbers = itertools.count(1)
         self._requests: dict[int, tuple[asyncio.Future, list, int]] = {}
+        self._reply_parts: dict[tuple[int, int], list[bytes]] = {}  # (router slot, req_id) -> REPLY_PARTs
         self._request_ids = itertools.count(1)
         self._servers: list[asyncio.AbstractServer] = []
         self.registrar: Registrar | None = None  # acceptor 0 only: the broker's lookupd connections
@@ -90,6 +91,7 @@ class Acceptor(Role):
             records.DELIVER: self.on_deliver,
             records.CONN_ERR: self.on_conn_err,
             records.REPLY: self.on_reply,
+            records.REPLY_PART: self.on_reply_part,
             records.BARRIER: self.on_barrier,
             records.SUB_OK: self.on_sub_ok,
             records.CLOSE_CONN: self.on_close_conn,
@@ -245,6 +247,8 @@ class Acceptor(Role):
             await asyncio.wait_for(fut, _STATS_TIMEOUT)
         except asyncio.TimeoutError:
             self.log.warning("a router did not answer %s within %.0fs", request["op"], _STATS_TIMEOUT)
+        for key in [key for key in self._reply_parts if key[1] == req_id]:  # a router too late
+            del self._reply_parts[key]
         return self._requests.pop(req_id)[1]
 
     async def ask_owner(self, request: dict) -> dict:
@@ -282,12 +286,19 @@ class Acceptor(Role):
             code, _, desc = text.partition(" ")
             c.send_error((FatalClientError if fatal else ClientError)(code, desc))
 
+    def on_reply_part(self, src: int, rec: bytes) -> None:
+        """REPLY_PART: the leading bytes of a router's answer too big for one record."""
+        req_id, piece = records.parse_reply_part(rec)
+        if req_id in self._requests:
+            self._reply_parts.setdefault((src, req_id), []).append(piece)
+
     def on_reply(self, src: int, rec: bytes) -> None:
-        """REPLY: one router's answer to a control request (ask_routers)."""
+        """REPLY: one router's answer to a control request (ask_routers), or its last piece."""
+        parts = self._reply_parts.pop((src, records.reply_id(rec)), None)
         entry = self._requests.get(records.reply_id(rec))
         if entry is not None:
             fut, replies, expected = entry
-            replies.append(records.parse_reply(rec)[1])
+            replies.append(records.parse_reply(rec, parts)[1])
             if len(replies) == expected and not fut.done():
                 fut.set_result(None)
 

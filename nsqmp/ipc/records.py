@@ -27,7 +27,9 @@ followed by at most one variable part. Layouts, by kind::
   router -> acceptor
     DELIVER  | kind | conn u64 | message frames, ready to write to the socket
     CONN_ERR | kind | conn u64 | fatal u8 | error text
-    REPLY    | kind | req_id u32 | JSON reply
+    REPLY    | kind | req_id u32 | JSON reply       (or its last piece: see REPLY_PART)
+    REPLY_PART | kind | req_id u32 | leading bytes of a JSON reply too big for one record
+                                                (then more parts, then the REPLY with the rest)
     R_HELLO  | kind | router u16                    (router restarted: re-send SUB and RDY)
     TOPIC_FULL | kind | full u8 | topic             (max-topic-bytes reached / cleared: refuse)
     CLOSE_CONN | kind | conn u64                    (its topic or channel was deleted: close it)
@@ -71,7 +73,7 @@ import orjson
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
 CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK, RESUB = range(11, 17)
-DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK, BARRIER = range(20, 29)
+DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK, BARRIER, REPLY_PART = range(20, 30)
 LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
@@ -360,9 +362,21 @@ def parse_conn_err(rec: bytes) -> tuple[int, bool, str]:
     return conn, bool(fatal), rec[CONN_ERR_HEAD.size:].decode()
 
 
-def reply(req_id: int, value: Any) -> bytes:
-    """REPLY to CONTROL req_id (a JSON value)."""
-    return REQ_ID.pack(REPLY, req_id) + orjson.dumps(value)
+def reply_pieces(req_id: int, value: Any, max_record: int) -> list[bytes]:
+    """REPLY to CONTROL req_id as records of at most max_record bytes: a JSON reply that
+    does not fit one (/stats of ten thousand channels is megabytes) goes as REPLY_PARTs
+    carrying its leading bytes, in order, then a REPLY with the rest."""
+    body = orjson.dumps(value)
+    room = max_record - REQ_ID.size
+    cuts = range(0, max(len(body) - 1, 0) // room * room, room)  # every piece but the last
+    pieces = [REQ_ID.pack(REPLY_PART, req_id) + body[at:at + room] for at in cuts]
+    last = len(pieces) * room
+    return pieces + [REQ_ID.pack(REPLY, req_id) + body[last:]]
+
+
+def parse_reply_part(rec: bytes) -> tuple[int, bytes]:
+    """(req_id, the JSON bytes it carries) of a REPLY_PART."""
+    return REQ_ID.unpack_from(rec)[1], rec[REQ_ID.size:]
 
 
 def reply_id(rec: bytes) -> int:
@@ -370,8 +384,10 @@ def reply_id(rec: bytes) -> int:
     return REQ_ID.unpack_from(rec)[1]
 
 
-def parse_reply(rec: bytes) -> tuple[int, Any]:
-    """(req_id, value) of a REPLY."""
+def parse_reply(rec: bytes, parts: list[bytes] | None = None) -> tuple[int, Any]:
+    """(req_id, value) of a REPLY; `parts`: the REPLY_PARTs' bytes that came before it."""
+    if parts:
+        return reply_id(rec), orjson.loads(b"".join(parts) + rec[REQ_ID.size:])
     return reply_id(rec), orjson.loads(memoryview(rec)[REQ_ID.size:])
 
 

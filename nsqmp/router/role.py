@@ -292,7 +292,8 @@ class Router(Role):
 
             handler = admin.OPS.get(op)
             reply = handler(self, request) if handler is not None else {"error": "INVALID_REQUEST"}
-        self.endpoint.send(src, records.reply(req_id, reply))
+        for piece in records.reply_pieces(req_id, reply, self.endpoint.out[src].max_record):
+            self.endpoint.send(src, piece)
 
     async def stop(self) -> None:
         """Append and sync every pending acknowledgement; the next router recovers the rest."""

@@ -111,10 +111,24 @@ def test_control_and_reply(req_id, value):
     rec = records.control(req_id, value)
     assert rec[0] == records.CONTROL
     assert records.parse_control(rec) == (req_id, value)
-    rec = records.reply(req_id, value)
+    [rec] = records.reply_pieces(req_id, value, 1 << 20)
     assert rec[0] == records.REPLY
     assert records.reply_id(rec) == req_id
     assert records.parse_reply(rec) == (req_id, value)
+
+
+@given(u32s, json_values, st.integers(min_value=records.REQ_ID.size + 1, max_value=64))
+def test_a_reply_bigger_than_a_record_goes_in_pieces_that_fit(req_id, value, max_record):
+    pieces = records.reply_pieces(req_id, value, max_record)
+    assert all(len(p) <= max_record for p in pieces)
+    assert [p[0] for p in pieces] == [records.REPLY_PART] * (len(pieces) - 1) + [records.REPLY]
+    parts = []
+    for p in pieces[:-1]:
+        rid, piece = records.parse_reply_part(p)
+        assert rid == req_id
+        parts.append(piece)
+    assert records.parse_reply(pieces[-1], parts) == (req_id, value)
+    assert len(pieces[-1]) > 4  # the REPLY always carries at least one byte
 
 
 @given(names, st.lists(st.text(min_size=1, max_size=10), max_size=5))
@@ -216,5 +230,5 @@ def test_disarm_and_fire(tokens):
 def test_every_kind_is_distinct_and_fits_a_byte():
     kinds = [v for k, v in vars(records).items() if k.isupper() and isinstance(v, int)
              and k not in ("MEMORY_ONLY", "STATE_FIRST", "STATE_LAST", "FIN_IDS_AT", "DELIVER_FRAMES_AT")]
-    assert len(kinds) == len(set(kinds)) == 33
+    assert len(kinds) == len(set(kinds)) == 34
     assert all(0 < k < 256 for k in kinds)

@@ -185,12 +185,19 @@ def cmd_lookupd(argv: list[str]) -> int:
     return run_lookupd(argv)
 
 
+def cmd_admin(argv: list[str]) -> int:
+    from nsqmp.admin.cli import cmd_admin as run_admin
+
+    return run_admin(argv)
+
+
 #: every `nsqmp` command: name -> (function, one-line description for `nsqmp --help`)
 COMMANDS: dict[str, tuple] = {
     "serve": (cmd_serve, "run the broker (see `nsqmp serve --help`)"),
     "nsqd": (cmd_nsqd, "run the broker with nsqd's command line (also: nsqmp-nsqd)"),
     "lookupd": (cmd_lookupd, "run nsqlookupd, the discovery service (also: nsqmp-nsqlookupd)"),
     "check-config": (cmd_check_config, "validate a TOML config file and print the resolved options"),
+    "admin": (cmd_admin, "run the admin web UI, nsqadmin (also: nsqmp-nsqadmin)"),
     "bench": (cmd_bench, "writer/reader load generators; ring, heap and parser benchmarks"),
 }
 

@@ -1,0 +1,213 @@
+"""A real cluster for the admin's browser tests: one lookupd, two nsqmp brokers
+registered with it, real publishers and consumers (nsqmp.client), and the admin started
+as `nsqmp admin` behind a base path. Also run by hand to look at the UI:
+``python -m tests.admin.browser.cluster`` prints the admin's URL and waits.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from nsqmp.client import Connection, wire
+from nsqmp.launcher import Broker
+from nsqmp.lookupd.launcher import Lookupd
+
+BASE_PATH = "/ops/nsq"  # the UI must work behind a prefix
+XSS_AGENT = "<img src=x onerror=alert(1)>"
+CSRF_TOKEN = "browser-test-token"
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (the admin is told it; nothing else binds it here)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Admin:
+    """`nsqmp admin` as a subprocess on a known port."""
+
+    args: list[str]
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{BASE_PATH}"
+
+    def start(self, timeout: float = 20.0) -> "Admin":
+        cmd = [sys.executable, "-m", "nsqmp", "admin", "--http-address", f"127.0.0.1:{self.port}",
+               "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN, *self.args]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"admin exited {self.proc.returncode}:\n{self.log_path.read_text()}")
+            try:
+                if self.http("GET", "/ping")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"admin did not answer /ping in {timeout}s:\n{self.log_path.read_text()}")
+
+    def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, BASE_PATH + path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> dict:
+        status, body = self.http("GET", path)
+        assert status == 200, (path, status, body)
+        return orjson.loads(body)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(15)
+        finally:
+            self._log.close()
+
+
+class Consumer:
+    """A subscribed client that takes `take` messages, finishes `finish` of them and keeps
+    the rest in flight (its RDY then equals its in-flight count, so nothing more comes); a
+    thread answers the heartbeats so it stays connected for the whole module."""
+
+    def __init__(self, broker: Broker, topic: str, channel: str, *, client_id: str, user_agent: str,
+                 take: int, finish: int) -> None:
+        self.conn = Connection.connect(broker.tcp_address)
+        self.conn.identify(client_id=client_id, hostname=f"{client_id}.example", user_agent=user_agent,
+                           msg_timeout=600_000)
+        self.conn.sub(topic, channel, rdy=take)
+        self.held = []
+        for _ in range(take):
+            msg = self.conn.read_message()
+            if len(self.held) < take - finish:
+                self.held.append(msg)
+            else:
+                self.conn.fin(msg.id)
+        self.conn.send(wire.rdy(take - finish))
+        self.conn.sock.settimeout(None)
+        self.thread = threading.Thread(target=self._heartbeats, daemon=True)
+        self.thread.start()
+
+    def _heartbeats(self) -> None:
+        try:
+            while True:
+                self.conn.read_frame()  # answers _heartbeat_ with NOP
+        except (OSError, EOFError, ValueError):
+            return
+
+    def close(self) -> None:
+        try:
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.conn.close()
+        self.thread.join(5)
+
+
+@dataclass
+class Cluster:
+    lookupd: Lookupd
+    brokers: list[Broker]
+    admin: Admin
+    consumers: list[Consumer]
+
+    def stop(self) -> list[str]:
+        """Stop everything started; the failures (non-zero exits) as text."""
+        failures = []
+        for c in self.consumers:
+            c.close()
+        for name, proc in [("admin", self.admin)] + [(f"broker {b.http_address}", b) for b in self.brokers] \
+                + [("lookupd", self.lookupd)]:
+            if proc.proc is not None and proc.proc.poll() is None:
+                code = proc.stop()
+                if code != 0:
+                    failures.append(f"{name} exited {code}")
+        return failures
+
+
+def http_post(broker: Broker, path: str) -> None:
+    status, body, _ = broker.http("POST", path)
+    assert status == 200, (path, status, body)
+
+
+def start_cluster(root: Path, *admin_args: str) -> Cluster:
+    """The cluster of the browser tests, in a known state:
+    - topic "orders" on both brokers, channel "billing" on both, 30 + 20 messages; on each
+      broker one consumer of billing has taken 10 and finished 6 (4 in flight);
+    - on broker 0, channel "audit" of orders with the XSS user agent's consumer;
+    - topic "events" on broker 1 only (channel "archive", paused later by the tests).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    lookupd = Lookupd("-broadcast-address=127.0.0.1", log_path=root / "lookupd.log").start()
+    brokers = []
+    for n in range(2):
+        brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1),
+                              "--lookupd-tcp-address", lookupd.tcp_address).start())
+    for n, b in enumerate(brokers):
+        http_post(b, "/topic/create?topic=orders")
+        http_post(b, "/channel/create?topic=orders&channel=billing")
+    http_post(brokers[0], "/channel/create?topic=orders&channel=audit")
+    http_post(brokers[1], "/topic/create?topic=events")
+    http_post(brokers[1], "/channel/create?topic=events&channel=archive")
+    for b, count in zip(brokers, (30, 20)):
+        with Connection.connect(b.tcp_address) as pub:
+            pub.identify(client_id="publisher")
+            pub.mpub("orders", [f"order {i}".encode() for i in range(count)])
+            pub.mpub("events", [b"e"] * 5) if b is brokers[1] else None
+    consumers = [Consumer(b, "orders", "billing", client_id=f"billing-{n}", user_agent="nsqmp-test/1.0",
+                          take=10, finish=6) for n, b in enumerate(brokers)]
+    consumers.append(Consumer(brokers[0], "orders", "audit", client_id="audit-0", user_agent=XSS_AGENT,
+                              take=2, finish=1))
+    wait_registered(lookupd, {"orders": 2, "events": 1})
+    admin = Admin(["--lookupd-http-address", lookupd.http_address, *admin_args],
+                  log_path=root / "admin.log").start()
+    return Cluster(lookupd, brokers, admin, consumers)
+
+
+def wait_registered(lookupd: Lookupd, want: dict[str, int], timeout: float = 10.0) -> None:
+    """Until the lookupd lists `want[topic]` producers for each topic."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = {t: len(lookupd.get(f"/lookup?topic={t}")["producers"]) for t in want}
+        if got == want:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"lookupd registrations: {got}, want {want}")
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    cluster = start_cluster(Path(tempfile.mkdtemp(prefix="nsqmp-admin-")), "--history-interval", "2",
+                            *sys.argv[1:])
+    print(cluster.admin.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\n".join(cluster.stop()))
+    os._exit(0)

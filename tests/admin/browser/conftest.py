@@ -1,0 +1,44 @@
+"""Fixtures of the admin's browser tests: one cluster and one headless Chromium per module
+(Debian's chromium and chromedriver; nothing downloads a browser)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.admin.browser.cluster import start_cluster
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The cluster of cluster.start_cluster with the admin sampling every second."""
+    c = start_cluster(tmp_path_factory.mktemp("admin-cluster"), "--history-interval", "1",
+                      "--refresh-interval", "1")
+    yield c
+    failures = c.stop()
+    assert not failures, failures
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A headless Chromium driven by selenium, one per module."""
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.fail("the browser tests need Debian's chromium and chromium-driver (make test installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-first-run", "--window-size=1400,1000",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()

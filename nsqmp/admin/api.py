@@ -1,6 +1,197 @@
-"""Placeholder: filled in by the next commits."""
+"""The admin's read routes: nsqadmin's /api/topics/:topic[/:channel], /api/nodes[/:node],
+/api/counter, /api/graphite, and nsqmp's /api/stats/topics and /api/lookup (API.md)."""
 from __future__ import annotations
 
+import asyncio
+from urllib.parse import quote, urlencode
 
-def add_routes(router, base: str) -> None:
-    """No routes yet."""
+from aiohttp import web
+
+from nsqmp.admin import stats as S
+from nsqmp.admin.cluster import AllFailed, Errors, PeerError, producer_http_address
+from nsqmp.admin.server import CLUSTER, OPTS, error, reply, upstream, with_errors
+
+
+async def h_topic(request: web.Request) -> web.Response:
+    """GET /api/topics/:topic: the topic summed over its brokers, per-node rows, channels."""
+    cluster, errors = request.app[CLUSTER], Errors()
+    topic = request.match_info["topic"]
+    try:
+        producers = await cluster.topic_producers(topic, errors)
+        rows = await cluster.node_stats(producers, topic, "", False, errors)
+    except AllFailed as exc:
+        return upstream(exc)
+    agg = S.empty_topic(topic)
+    for row in rows:
+        S.add_topic(agg, row)
+    return reply(with_errors(agg, errors))
+
+
+async def h_channel(request: web.Request) -> web.Response:
+    """GET /api/topics/:topic/:channel: the channel summed over its brokers, with clients."""
+    cluster, errors = request.app[CLUSTER], Errors()
+    topic, channel = request.match_info["topic"], request.match_info["channel"]
+    try:
+        producers = await cluster.topic_producers(topic, errors)
+        rows = await cluster.node_stats(producers, topic, channel, True, errors)
+    except AllFailed as exc:
+        return upstream(exc)
+    agg = S.empty_channel(topic, channel)
+    for row in rows:
+        for ch in row["channels"] or ():
+            if ch["channel_name"] == channel:
+                S.add_channel(agg, ch)
+    return reply(with_errors(agg, errors))
+
+
+async def h_nodes(request: web.Request) -> web.Response:
+    """GET /api/nodes: every producer (broker) known."""
+    errors = Errors()
+    try:
+        producers = await request.app[CLUSTER].producers(errors)
+    except AllFailed as exc:
+        return upstream(exc)
+    return reply(with_errors({"nodes": producers}, errors))
+
+
+async def h_node(request: web.Request) -> web.Response:
+    """GET /api/nodes/:node: every topic and channel (with clients) of one broker."""
+    cluster, errors = request.app[CLUSTER], Errors()
+    node = request.match_info["node"]
+    try:
+        producers = await cluster.producers(errors, topics=False)
+    except AllFailed as exc:
+        return upstream(exc)
+    found = [p for p in producers if producer_http_address(p) == node]
+    if not found:
+        return error(404, "NODE_NOT_FOUND")
+    try:
+        topics = await cluster.node_stats(found, "", "", True, Errors())
+    except AllFailed as exc:
+        return upstream(exc)
+    clients = sum(len(c["clients"] or ()) for t in topics for c in t["channels"] or ())
+    return reply(with_errors({"node": node, "topics": topics,
+                              "total_messages": sum(t["message_count"] for t in topics),
+                              "total_clients": clients}, errors))
+
+
+async def h_counter(request: web.Request) -> web.Response:
+    """GET /api/counter: message_count per topic:channel:node."""
+    cluster, errors = request.app[CLUSTER], Errors()
+    try:
+        producers = await cluster.producers(errors, topics=False)
+        rows = await cluster.node_stats(producers, "", "", False, errors)
+    except AllFailed as exc:
+        return upstream(exc)
+    out: dict[str, dict] = {}
+    for row in rows:
+        for ch in row["channels"] or ():
+            key = f"{row['topic_name']}:{ch['channel_name']}:{row['node']}"
+            entry = out.setdefault(key, {"node": row["node"], "topic_name": row["topic_name"],
+                                         "channel_name": ch["channel_name"], "message_count": 0})
+            entry["message_count"] += ch["message_count"]
+    return reply(with_errors({"stats": out}, errors))
+
+
+def _node_topics(raw: dict, addr: str, hostname: str) -> list[tuple]:
+    """One broker's topics cut to what the topic list needs (the parsed /stats is dropped)."""
+    return [(t.get("topic_name", ""), t.get("depth", 0), t.get("backend_depth", 0), t.get("message_count", 0),
+             bool(t.get("paused")), [c.get("channel_name", "") for c in t.get("channels") or ()])
+            for t in raw.get("topics") or ()]
+
+
+def topic_summaries(parts: list[list[tuple]]) -> dict[str, dict]:
+    """Per-topic totals over every broker's `_node_topics` (no per-node rows, no clients)."""
+    out: dict[str, dict] = {}
+    names: dict[str, set] = {}
+    for part in parts:
+        for name, depth, backend, count, paused, channels in part:
+            t = out.get(name)
+            if t is None:
+                t = out[name] = {"topic_name": name, "depth": 0, "memory_depth": 0, "backend_depth": 0,
+                                 "message_count": 0, "channel_count": 0, "node_count": 0, "paused": False}
+                names[name] = set()
+            t["depth"] += depth
+            t["memory_depth"] += depth - backend
+            t["backend_depth"] += backend
+            t["message_count"] += count
+            t["node_count"] += 1
+            t["paused"] = t["paused"] or paused
+            names[name].update(channels)
+    for name, t in out.items():
+        t["channel_count"] = len(names[name])
+    return out
+
+
+async def h_topic_stats(request: web.Request) -> web.Response:
+    """GET /api/stats/topics (nsqmp): the topic list page's numbers and rates in one answer."""
+    cluster, errors = request.app[CLUSTER], Errors()
+    try:
+        producers = await cluster.producers(errors, topics=False)
+        parts = await cluster.node_reduce(producers, _node_topics, errors)
+    except AllFailed as exc:
+        return upstream(exc)
+    from nsqmp.admin.history import HISTORY
+
+    sampler = request.app.get(HISTORY)
+    summaries = topic_summaries(parts)
+    for name, t in summaries.items():
+        t["publish_rate"], t["delivery_rate"] = sampler.rates(name) if sampler else (None, None)
+    return reply(with_errors({"topics": [summaries[k] for k in sorted(summaries)]}, errors))
+
+
+async def h_lookup(request: web.Request) -> web.Response:
+    """GET /api/lookup (nsqmp): what each lookupd knows (topics, channels, producers, tombstones)."""
+    cluster = request.app[CLUSTER]
+
+    async def one(addr: str) -> dict:
+        entry: dict = {"address": addr, "error": "", "topics": []}
+        try:
+            topics = (await cluster.get(f"http://{addr}/topics")).get("topics") or []
+            nodes = (await cluster.get(f"http://{addr}/nodes")).get("producers") or []
+            for name in sorted(topics):
+                found = await cluster.get(f"http://{addr}/lookup?topic={quote(name)}")
+                tomb = [producer_http_address(n) for n in nodes
+                        for t, dead in zip(n.get("topics") or (), n.get("tombstones") or ()) if t == name and dead]
+                entry["topics"].append({
+                    "topic": name, "channels": sorted(found.get("channels") or []),
+                    "producers": sorted(producer_http_address(p) for p in found.get("producers") or ()),
+                    "tombstoned": sorted(tomb)})
+        except PeerError as exc:
+            entry["error"] = str(exc)
+        return entry
+
+    found = await asyncio.gather(*(one(a) for a in cluster.lookupds))
+    bad = [e["error"] for e in found if e["error"]]
+    return reply({"lookupds": found, "message": "WARNING: " + "; ".join(bad) if bad else ""})
+
+
+async def h_graphite(request: web.Request) -> web.Response:
+    """GET /api/graphite?metric=rate&target=...: nsqadmin's Graphite rate (needs --graphite-url)."""
+    opts = request.app[OPTS]
+    if request.query.get("metric") != "rate":
+        return error(400, "INVALID_ARG_METRIC")
+    target = request.query.get("target")
+    if target is None:
+        return error(400, "INVALID_ARG_TARGET")
+    interval = int(opts.statsd_interval)
+    query = urlencode({"from": f"-{interval * 2}sec", "until": f"-{interval}sec", "format": "json",
+                       "target": target})
+    try:
+        data = await request.app[CLUSTER].get(f"{opts.graphite_url}/render?{query}")
+        rate = data[0]["datapoints"][0][0]
+    except (PeerError, LookupError, TypeError):
+        return error(500, "INTERNAL_ERROR")
+    return reply({"rate": "N/A" if rate is None or rate < 0 else f"{rate / interval:.2f}"})
+
+
+def add_routes(router: web.UrlDispatcher, base: str) -> None:
+    """The read routes under the base path."""
+    router.add_get(base + "/api/topics/{topic}", h_topic)
+    router.add_get(base + "/api/topics/{topic}/{channel}", h_channel)
+    router.add_get(base + "/api/nodes", h_nodes)
+    router.add_get(base + "/api/nodes/{node}", h_node)
+    router.add_get(base + "/api/counter", h_counter)
+    router.add_get(base + "/api/graphite", h_graphite)
+    router.add_get(base + "/api/stats/topics", h_topic_stats)
+    router.add_get(base + "/api/lookup", h_lookup)

@@ -150,11 +150,12 @@ class Cluster:
         return sorted({c for r in got for c in (r.get("channels") or ())})
 
     # -- producers --------------------------------------------------------------------------
-    async def producers(self, errors: Errors) -> list[dict]:
-        """GetProducers: nsqadmin's node list, from the lookupds' /nodes or each nsqd's /info."""
+    async def producers(self, errors: Errors, topics: bool = True) -> list[dict]:
+        """GetProducers: nsqadmin's node list, from the lookupds' /nodes or each nsqd's /info
+        (and /stats for their topics unless `topics` is False)."""
         if self.lookupds:
             return await self._lookupd_producers(errors)
-        return await self._nsqd_producers(self.nsqds, None, errors)
+        return await self._nsqd_producers(self.nsqds, None, errors, topics)
 
     async def topic_producers(self, topic: str, errors: Errors) -> list[dict]:
         """GetTopicProducers: the brokers that have `topic`."""
@@ -188,14 +189,17 @@ class Cluster:
             p["out_of_date"] = _semver(p["version"]) < newest
         return sorted(by_tcp.values(), key=lambda p: p["hostname"])
 
-    async def _nsqd_producers(self, addrs: list[str], topic: str | None, errors: Errors) -> list[dict]:
+    async def _nsqd_producers(self, addrs: list[str], topic: str | None, errors: Errors,
+                              topics: bool = True) -> list[dict]:
         """GetNSQDProducers (topic None) or GetNSQDTopicProducers: /info + /stats of each nsqd."""
         async def one(addr: str) -> dict | None:
             q = f"&topic={quote(topic)}" if topic is not None else ""
             if topic is None:
                 info = await self.get(f"http://{addr}/info")
-            st = await self.get(f"http://{addr}/stats?format=json&include_clients=false{q}")
-            names = [t["topic_name"] for t in st.get("topics") or ()]
+            names: list[str] = []
+            if topics or topic is not None:
+                st = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false{q}")
+                names = [t["topic_name"] for t in st.get("topics") or ()]
             if topic is not None:
                 if topic not in names:
                     return None
@@ -218,7 +222,21 @@ class Cluster:
                          errors: Errors) -> list[dict]:
         """GetNSQDStats' per-node part: each producer's topics as nsqadmin's TopicStats rows,
         sorted by hostname (only `topic` when given)."""
-        async def one(p: dict) -> list[dict]:
+        def rows(raw: dict, addr: str, hostname: str) -> list[dict]:
+            now = S.now_seconds()
+            return [S.topic_node(t, addr, hostname, now) for t in raw.get("topics") or ()
+                    if not topic or t.get("topic_name") == topic]
+
+        out = [t for part in await self.node_reduce(producers, rows, errors, topic, channel, clients)
+               for t in part]
+        out.sort(key=lambda t: t["hostname"])
+        return out
+
+    async def node_reduce(self, producers: list[dict], reduce, errors: Errors, topic: str = "",
+                          channel: str = "", clients: bool = False) -> list:
+        """reduce(raw /stats, node, hostname) for each producer, applied as soon as its answer is
+        parsed, so one broker's big parsed /stats is all the memory held at a time."""
+        async def one(p: dict):
             addr = producer_http_address(p)
             url = f"http://{addr}/stats?format=json"
             if topic:
@@ -226,16 +244,10 @@ class Cluster:
                 if channel:
                     url += "&channel=" + quote(channel)
             if not clients:
-                url += "&include_clients=false"
-            raw = await self.get(url)
-            now = S.now_seconds()
-            return [S.topic_node(t, addr, p.get("hostname", ""), now) for t in raw.get("topics") or ()
-                    if not topic or t.get("topic_name") == topic]
+                url += "&include_clients=false&include_mem=false"
+            return reduce(await self.get(url), addr, p.get("hostname", ""))
 
-        rows = [t for part in await self._fan(producers, one, errors, "nsqd", producer_http_address)
-                for t in part]
-        rows.sort(key=lambda t: t["hostname"])
-        return rows
+        return await self._fan(producers, one, errors, "nsqd", producer_http_address)
 
     # -- actions ----------------------------------------------------------------------------
     async def post_all(self, addrs: list[str], uri: str, qs: str, errors: Errors) -> None:

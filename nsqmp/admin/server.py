@@ -5,9 +5,11 @@ Routes are nsqadmin 1.3.0's (nsqadmin/http.go) under `--base-path`, plus nsqmp's
 """
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 import secrets
+import signal
 from importlib import resources
 from pathlib import Path
 
@@ -191,19 +193,32 @@ def make_app(opts: AdminOptions) -> web.Application:
     return app
 
 
-def serve(opts: AdminOptions) -> int:
-    """Run the admin until SIGINT/SIGTERM."""
+async def _serve(opts: AdminOptions) -> None:
     host, _, port = opts.http_address.rpartition(":")
-    app = make_app(opts)
-    log.info("HTTP: listening on %s", opts.http_address)
+    runner = web.AppRunner(make_app(opts), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host.strip("[]") or "0.0.0.0", int(port))
+    await site.start()
+    bound = site._server.sockets[0].getsockname()  # the real port when given :0
+    log.info("HTTP: listening on %s:%d", bound[0], bound[1])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("HTTP: closing %s:%d", bound[0], bound[1])
+    await runner.cleanup()
+
+
+def serve(opts: AdminOptions) -> int:
+    """Run the admin until SIGINT/SIGTERM; logs the bound address (the real port for :0)."""
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency
         pass
-    web.run_app(app, host=host.strip("[]") or "0.0.0.0", port=int(port), print=None,
-                access_log=None, handle_signals=True)
+    asyncio.run(_serve(opts))
     return 0
 
 

@@ -200,7 +200,10 @@ def wait_registered(lookupd: Lookupd, want: dict[str, int], timeout: float = 10.
 
 
 if __name__ == "__main__":
+    import signal
     import tempfile
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop what we started on SIGTERM too
 
     cluster = start_cluster(Path(tempfile.mkdtemp(prefix="nsqmp-admin-")), "--history-interval", "2",
                             *sys.argv[1:])

@@ -116,8 +116,11 @@ export class HistoryCharts {
   update(history) {
     const ts = history.ts || [];
     const col = (name) => ts.map((t, i) => [t, (history[name] || [])[i]]);
-    const window = history.window || 3600;
     const now = ts.length ? Math.max(Date.now() / 1000, ts[ts.length - 1]) : Date.now() / 1000;
+    // The last hour once the admin has sampled that long; until then what it has (at
+    // least 5 minutes), so a freshly started admin's lines are not squeezed to the right.
+    const full = history.window || 3600;
+    const window = ts.length ? Math.min(full, Math.max(300, Math.ceil((now - ts[0]) / 60) * 60)) : full;
     this.publish.update(col('publish_rate'), window, now);
     this.delivery.update(col('delivery_rate'), window, now);
     if (history.channels_depth) {

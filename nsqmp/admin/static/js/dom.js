@@ -6,14 +6,16 @@
 // elements, so that rule holds in one place.
 
 /**
- * h('td.num', {title: 'x'}, 'text', child, ...) -> an Element.
+ * h('td#id.num', {title: 'x'}, 'text', child, ...) -> an Element.
  * Strings and numbers become text nodes; null/undefined/false children are skipped;
  * arrays are flattened. Attributes: 'class', 'on<event>' (a function), 'dataset'
  * (an object), anything else through setAttribute.
  */
 export function h(tag, attrs, ...children) {
-  const [name, ...classes] = tag.split('.');
+  const [head, ...classes] = tag.split('.');
+  const [name, id] = head.split('#');
   const el = document.createElement(name || 'div');
+  if (id) el.id = id;
   if (classes.length) el.className = classes.join(' ');
   if (attrs) {
     for (const [key, value] of Object.entries(attrs)) {

@@ -5,6 +5,7 @@ import {badge, commafy, h} from '../dom.js';
 import {Table} from '../table.js';
 import {clientColumns, clientKey} from './channel.js';
 import {memDisk, notice, pageHeader, section} from './common.js';
+import {nodeName} from './nodes.js';
 import {tombstoneButton} from './tombstone.js';
 
 /** Mount the page of broker params.node in main; returns {title, refresh}. */
@@ -48,7 +49,8 @@ export function mount(main, {node}, ctx) {
   return {
     title: node,
     async refresh() {
-      const data = await get(apiUrl('/nodes', node));
+      const [data, all] = await Promise.all([get(apiUrl('/nodes', node)), get(apiUrl('/nodes')).catch(() => null)]);
+      const producer = ((all && all.nodes) || []).find((p) => nodeName(p) === node);
       const list = [...(data.topics || [])].sort((a, b) => a.topic_name.localeCompare(b.topic_name));
       topics.update(list);
       const chans = list.flatMap((t) => (t.channels || []).map((c) => ({...c, topic_name: t.topic_name})));
@@ -61,6 +63,8 @@ export function mount(main, {node}, ctx) {
       clients.el.hidden = cls.length === 0;
       noClients.hidden = cls.length > 0;
       summary.replaceChildren(
+        producer ? h('span.stat', {id: 'node-info'}, h('strong', null, producer.hostname), ' ',
+          `version ${producer.version} · TCP ${producer.tcp_port} · HTTP ${producer.http_port}`) : null,
         h('span.stat', null, h('strong', {id: 'node-topic-count'}, commafy(list.length)), ' topics'),
         h('span.stat', null, h('strong', {id: 'node-total-messages'}, commafy(data.total_messages)), ' messages'),
         h('span.stat', null, h('strong', {id: 'node-total-clients'}, commafy(data.total_clients)), ' clients'));

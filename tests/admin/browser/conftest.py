@@ -14,9 +14,10 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """The cluster of cluster.start_cluster with the admin sampling every second."""
+    """The cluster of cluster.start_cluster; the admin samples and the pages poll every
+    second, and a broker that has not answered in 1 s counts as failed."""
     c = start_cluster(tmp_path_factory.mktemp("admin-cluster"), "--history-interval", "1",
-                      "--refresh-interval", "1")
+                      "--refresh-interval", "1", "--http-client-request-timeout", "1")
     yield c
     failures = c.stop()
     assert not failures, failures

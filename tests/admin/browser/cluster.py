@@ -164,7 +164,7 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
     lookupd = Lookupd("-broadcast-address=127.0.0.1", log_path=root / "lookupd.log").start()
     brokers = []
     for n in range(2):
-        brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1),
+        brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1), "--acceptors", "1", "--routers", "1",
                               "--lookupd-tcp-address", lookupd.tcp_address).start())
     for n, b in enumerate(brokers):
         http_post(b, "/topic/create?topic=orders")

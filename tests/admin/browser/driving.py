@@ -26,8 +26,8 @@ def loads(browser) -> int:
 
 
 def table(browser, table_id: str) -> list[dict[str, str]]:
-    """The body rows of table #table_id as {header text: cell text}; a footer row too,
-    keyed the same way, with "_foot": "1"."""
+    """The body rows of table #table_id as {header text: cell text (without its buttons)};
+    a footer row too, keyed the same way, with "_foot": "1"."""
     for _ in range(5):
         try:
             return _read_table(browser, table_id)
@@ -41,8 +41,13 @@ def _read_table(browser, table_id: str) -> list[dict[str, str]]:
         const t = document.getElementById(arguments[0]);
         if (!t) return null;
         const heads = [...t.tHead.rows[t.tHead.rows.length - 1].cells].map((c) => c.textContent.trim());
+        const text = (cell) => {  // what the cell says, without its buttons' glyphs
+            const copy = cell.cloneNode(true);
+            copy.querySelectorAll('button').forEach((b) => b.remove());
+            return copy.textContent.trim();
+        };
         const read = (tr, foot) => Object.assign(Object.fromEntries(
-            [...tr.cells].map((c, i) => [heads[i], c.textContent.trim()])), foot ? {_foot: '1'} : {});
+            [...tr.cells].map((c, i) => [heads[i], text(c)])), foot ? {_foot: '1'} : {});
         return [...[...t.tBodies[0].rows].map((r) => read(r, false)),
                 ...[...t.tFoot.rows].map((r) => read(r, true))];
     """, table_id)

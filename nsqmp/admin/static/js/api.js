@@ -17,7 +17,8 @@ function filled(value) {
 
 /** A page or static URL under the base path: url('/topics', name) -> "/bp/topics/name". */
 export function url(path, ...segments) {
-  const tail = segments.map((seg) => '/' + encodeURIComponent(seg)).join('');
+  // ':' stays as it is, so a broker's page reads /nodes/host:port as in nsqadmin.
+  const tail = segments.map((seg) => '/' + encodeURIComponent(seg).replace(/%3A/gi, ':')).join('');
   return basePath + path + tail;
 }
 

@@ -145,6 +145,8 @@ class Cluster:
                 code = proc.stop()
                 if code != 0:
                     failures.append(f"{name} exited {code}")
+        if "Traceback" in self.admin.log_path.read_text():  # a bug caught somewhere is still a bug
+            failures.append(f"the admin logged a traceback:\n{self.admin.log_path.read_text()[-4000:]}")
         return failures
 
 

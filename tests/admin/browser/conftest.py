@@ -42,4 +42,7 @@ def browser(tmp_path_factory):
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
     yield driver
+    # a script error anywhere in the module's pages fails it (network errors are the tests' own)
+    errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE" and "Uncaught" in e["message"]]
     driver.quit()
+    assert not errors, errors

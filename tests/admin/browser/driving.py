@@ -115,3 +115,19 @@ class GhostProducer:
     def close(self) -> None:
         self.conn.close()
         self.http.close()
+
+
+def click_action(browser, action: str) -> None:
+    """Click the page's action button data-action=`action` (empty, delete, pause, unpause)."""
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f".actions button[data-action='{action}']"),
+             what=f"the {action} button")
+    browser.find_element(By.CSS_SELECTOR, f".actions button[data-action='{action}']").click()
+
+
+def answer_confirm(browser, ok: bool = True) -> str:
+    """Wait for the confirmation dialog, click Confirm (or Cancel); returns its text."""
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#confirm-dialog[open]"), what="the confirm dialog")
+    text = browser.find_element(By.CSS_SELECTOR, "#confirm-dialog .confirm-text").text
+    browser.find_element(By.ID, "confirm-ok" if ok else "confirm-cancel").click()
+    wait_for(lambda: not browser.find_elements(By.CSS_SELECTOR, "#confirm-dialog[open]"), what="the dialog to close")
+    return text

@@ -36,12 +36,14 @@ async def h_channel(request: web.Request) -> web.Response:
         rows = await cluster.node_stats(producers, topic, channel, True, errors)
     except AllFailed as exc:
         return upstream(exc)
-    agg = S.empty_channel(topic, channel)
+    agg = None
     for row in rows:
         for ch in row["channels"] or ():
             if ch["channel_name"] == channel:
+                agg = agg or S.empty_channel(topic, channel)
                 S.add_channel(agg, ch)
-    return reply(with_errors(agg, errors))
+    # no broker has it: nsqadmin's nil *ChannelStats leaves only "message"
+    return reply(with_errors(agg or {}, errors))
 
 
 async def h_nodes(request: web.Request) -> web.Response:

@@ -25,17 +25,18 @@ _CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "d
 _TOPIC_SUMS = ("depth", "memory_depth", "backend_depth", "message_count")
 
 
-def e2e_node(raw: dict | None, addr: str = "", topic: str = "", channel: str = "") -> dict:
+def e2e_node(raw: dict | None) -> dict:
     """One broker's e2e_processing_latency as nsqadmin reads it: each percentile gains
-    min/max/average (= its value) and count (= the sample count)."""
+    min/max/average (= its value) and count (= the sample count); topic, channel and host are
+    what the broker said (nsqd says none: "")."""
     raw = raw or {}
     count = raw.get("count") or 0
     percentiles = raw.get("percentiles")
     if percentiles:
         percentiles = [dict(p, min=p.get("value", 0), max=p.get("value", 0),
                             average=p.get("value", 0), count=float(count)) for p in percentiles]
-    return {"count": count, "percentiles": percentiles or None, "topic": raw.get("topic", topic),
-            "channel": raw.get("channel", channel), "host": raw.get("host", addr)}
+    return {"count": count, "percentiles": percentiles if percentiles is not None else None,
+            "topic": raw.get("topic", ""), "channel": raw.get("channel", ""), "host": raw.get("host", "")}
 
 
 def e2e_add(agg: dict, other: dict) -> None:
@@ -80,10 +81,9 @@ def channel_node(raw: dict, topic: str, addr: str, hostname: str, now: int) -> d
         "requeue_count": raw.get("requeue_count", 0), "timeout_count": raw.get("timeout_count", 0),
         "message_count": raw.get("message_count", 0), "client_count": raw.get("client_count", 0),
         "nodes": None,
-        "clients": [client_node(c, addr, now) for c in clients] if clients else None,
+        "clients": [client_node(c, addr, now) for c in clients] if clients is not None else None,
         "paused": bool(raw.get("paused", False)),
-        "e2e_processing_latency": e2e_node(raw.get("e2e_processing_latency"), addr, topic,
-                                           raw.get("channel_name", "")),
+        "e2e_processing_latency": e2e_node(raw.get("e2e_processing_latency")),
     }
 
 
@@ -98,7 +98,7 @@ def topic_node(raw: dict, addr: str, hostname: str, now: int) -> dict:
         "message_count": raw.get("message_count", 0), "nodes": None,
         "channels": [channel_node(c, name, addr, hostname, now) for c in channels] or None,
         "paused": bool(raw.get("paused", False)),
-        "e2e_processing_latency": e2e_node(raw.get("e2e_processing_latency"), addr, name),
+        "e2e_processing_latency": e2e_node(raw.get("e2e_processing_latency")),
     }
 
 

@@ -5,87 +5,34 @@ as `nsqmp admin` behind a base path. Also run by hand to look at the UI:
 """
 from __future__ import annotations
 
-import http.client
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-import orjson
 
 from nsqmp.client import Connection, wire
 from nsqmp.launcher import Broker
 from nsqmp.lookupd.launcher import Lookupd
+from tests.admin.adminproc import Admin as AdminProcess
 
 BASE_PATH = "/ops/nsq"  # the UI must work behind a prefix
 XSS_AGENT = "<img src=x onerror=alert(1)>"
 CSRF_TOKEN = "browser-test-token"
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (the admin is told it; nothing else binds it here)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Admin:
-    """`nsqmp admin` as a subprocess on a known port."""
-
-    args: list[str]
-    log_path: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen | None = None
+class Admin(AdminProcess):
+    """`nsqmp admin` (tests/admin/adminproc.py) behind BASE_PATH: its pages' URL, its API below it."""
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}{BASE_PATH}"
 
-    def start(self, timeout: float = 20.0) -> "Admin":
-        cmd = [sys.executable, "-m", "nsqmp", "admin", "--http-address", f"127.0.0.1:{self.port}",
-               "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN, *self.args]
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"admin exited {self.proc.returncode}:\n{self.log_path.read_text()}")
-            try:
-                if self.http("GET", "/ping")[0] == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"admin did not answer /ping in {timeout}s:\n{self.log_path.read_text()}")
-
-    def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request(method, BASE_PATH + path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        finally:
-            conn.close()
-
-    def get(self, path: str) -> dict:
-        status, body = self.http("GET", path)
-        assert status == 200, (path, status, body)
-        return orjson.loads(body)
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(15)
-        finally:
-            self._log.close()
+    def api(self, path: str) -> dict:
+        """GET BASE_PATH + path (200 required) as JSON."""
+        return self.get(BASE_PATH + path)
 
 
 class Consumer:
@@ -145,8 +92,8 @@ class Cluster:
                 code = proc.stop()
                 if code != 0:
                     failures.append(f"{name} exited {code}")
-        if "Traceback" in self.admin.log_path.read_text():  # a bug caught somewhere is still a bug
-            failures.append(f"the admin logged a traceback:\n{self.admin.log_path.read_text()[-4000:]}")
+        if "Traceback" in self.admin.log_text():  # a bug caught somewhere is still a bug
+            failures.append(f"the admin logged a traceback:\n{self.admin.log_text()[-4000:]}")
         return failures
 
 
@@ -184,8 +131,8 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
     consumers.append(Consumer(brokers[0], "orders", "audit", client_id="audit-0", user_agent=XSS_AGENT,
                               take=2, finish=1))
     wait_registered(lookupd, {"orders": 2, "events": 1})
-    admin = Admin(["--lookupd-http-address", lookupd.http_address, *admin_args],
-                  log_path=root / "admin.log").start()
+    admin = Admin(root / "admin.log", "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN,
+                  "--lookupd-http-address", lookupd.http_address, *admin_args).start()
     return Cluster(lookupd, brokers, admin, consumers)
 
 

@@ -101,6 +101,8 @@ def test_create_a_topic_and_channel_then_delete_them_as_inactive(cluster, browse
     item.click()
     answer_confirm(browser)
     wait_for(lambda: cluster.lookupd.get("/channels?topic=planned")["channels"] == [], what="workers deleted")
+    wait_for(lambda: not browser.find_elements(By.CSS_SELECTOR, "#inactive-topics li[data-channel='workers']"),
+             what="the lookup page to drop workers")
     browser.find_element(By.CSS_SELECTOR, "#inactive-topics li[data-topic='planned'] > button").click()
     answer_confirm(browser)
     wait_for(lambda: "planned" not in cluster.lookupd.get("/topics")["topics"], what="planned deleted")

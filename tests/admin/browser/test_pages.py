@@ -8,7 +8,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
 from nsqmp.client import Connection
-from tests.admin.browser.cluster import XSS_AGENT
+from tests.admin.browser.cluster import BASE_PATH, XSS_AGENT, Admin
 from tests.admin.browser.driving import (
     GhostProducer, channel_stats, loads, number, open_page, table, topic_stats,
 )
@@ -150,7 +150,7 @@ def test_numbers_and_charts_refresh_without_a_reload(cluster, browser):
         " && Number(document.querySelector('[data-chart=\"Depth\"]').dataset.points) >= 2"),
         what="the charts to draw the samples")
     # the publish rate chart saw the burst: some sample above 0 (summed over the brokers)
-    history = cluster.admin.get("/api/history/topics/orders")
+    history = cluster.admin.api("/api/history/topics/orders")
     assert any(r and r > 0 for r in history["publish_rate"]), history["publish_rate"]
 
 
@@ -158,7 +158,7 @@ def test_a_broker_that_does_not_answer_shows_on_its_row(cluster, browser):
     ghost = GhostProducer(cluster.lookupd, "orders")
     try:
         open_page(browser, cluster.admin, "/topics/orders")
-        wait_for(lambda: any(cluster.admin.get("/api/topics/orders")["errors"]), timeout=15,
+        wait_for(lambda: any(cluster.admin.api("/api/topics/orders")["errors"]), timeout=15,
                  what="the admin to report the ghost broker")
         wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#topic-nodes tr.failed"), timeout=15,
                  what="a failed row on the topic page")
@@ -170,3 +170,19 @@ def test_a_broker_that_does_not_answer_shows_on_its_row(cluster, browser):
         assert loads(browser) >= 1
     finally:
         ghost.close()
+
+
+def test_without_admin_rights_the_pages_offer_no_actions(cluster, browser, tmp_path):
+    """--admin-user: a request without that user is no admin; the UI hides what it may not do."""
+    admin = Admin(tmp_path / "acl-admin.log", "--base-path", BASE_PATH, "--admin-user", "alice",
+                  "--lookupd-http-address", cluster.lookupd.http_address).start()
+    try:
+        assert admin.api("/api/config")["is_admin"] is False
+        open_page(browser, admin, "/topics/orders")
+        assert table(browser, "topic-nodes")  # the numbers are there
+        assert browser.find_elements(By.CSS_SELECTOR, ".actions button") == []
+        assert browser.find_elements(By.CSS_SELECTOR, "button.tombstone") == []
+        open_page(browser, admin, "/lookup")
+        assert browser.find_elements(By.ID, "create-form") == []
+    finally:
+        assert admin.stop() == 0

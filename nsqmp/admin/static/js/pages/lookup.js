@@ -46,8 +46,12 @@ export function mount(main, params, ctx) {
     return button;
   }
 
+  let shown = null;
   function renderInactive(topics) {
     const names = Object.keys(topics).sort();
+    const signature = JSON.stringify(names.map((t) => [t, topics[t]]));
+    if (signature === shown) return;  // unchanged: keep the elements (and a pointer on them)
+    shown = signature;
     inactive.replaceChildren(...names.map((t) => h('li', {dataset: {topic: t}},
       deleteButton('topic', apiUrl('/topics', t), `Delete topic "${t}" on every lookupd and broker?`),
       h('a.topic', {href: url('/topics', t)}, t),

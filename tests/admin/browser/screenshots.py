@@ -1,0 +1,91 @@
+"""Screenshots of the admin's main pages for docs/admin.md, from a real cluster with a few
+minutes of varying traffic so the charts have something to show. Run by hand:
+
+    python -m tests.admin.browser.screenshots docs/admin [seconds of traffic, default 150]
+"""
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from nsqmp.client import Connection, wire
+from tests.admin.browser.cluster import start_cluster
+from tests.admin.browser.driving import open_page
+
+PAGES = [("topics", "/"), ("topic", "/topics/orders"), ("channel", "/topics/orders/billing"),
+         ("nodes", "/nodes"), ("node", None), ("lookup", "/lookup"), ("counter", "/counter")]
+
+
+def publisher(address: str, stop: threading.Event, base: float) -> None:
+    """Publish to orders at a rate that swings between about base/2 and 1.5 * base."""
+    with Connection.connect(address) as c:
+        start = time.monotonic()
+        while not stop.is_set():
+            t = time.monotonic() - start
+            n = max(1, int(base * (1 + 0.5 * math.sin(t / 20)) / 5))
+            c.mpub("orders", [b"order"] * n)
+            time.sleep(0.2)
+
+
+def worker(address: str, stop: threading.Event, client_id: str) -> None:
+    """Consume billing at a steady pace, finishing everything."""
+    with Connection.connect(address) as c:
+        c.identify(client_id=client_id, hostname=f"{client_id}.example", user_agent="go-nsq/1.1.0", deflate=False)
+        c.sub("orders", "billing", rdy=5)
+        c.sock.settimeout(1.0)
+        while not stop.is_set():
+            try:
+                msg = c.read_message()
+            except (TimeoutError, OSError):
+                continue
+            c.fin(msg.id)
+            time.sleep(0.025)
+
+
+def main(out: Path, seconds: float) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    out.mkdir(parents=True, exist_ok=True)
+    cluster = start_cluster(Path(tempfile.mkdtemp(prefix="nsqmp-shots-")), "--history-interval", "2",
+                            "--refresh-interval", "2")
+    stop = threading.Event()
+    threads = [threading.Thread(target=publisher, args=(b.tcp_address, stop, rate), daemon=True)
+               for b, rate in zip(cluster.brokers, (40, 25))]
+    threads += [threading.Thread(target=worker, args=(b.tcp_address, stop, f"worker-{i}"), daemon=True)
+                for i, b in enumerate(cluster.brokers)]
+    for t in threads:
+        t.start()
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-first-run", "--window-size=1280,800", f"--user-data-dir={tempfile.mkdtemp()}"):
+        options.add_argument(arg)
+    browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        time.sleep(seconds)
+        for name, path in PAGES:
+            path = path or f"/nodes/{cluster.brokers[0].http_address}"
+            open_page(browser, cluster.admin, path)
+            time.sleep(3)  # a couple of polls: rates and charts settle
+            height = browser.execute_script("return document.documentElement.scrollHeight")
+            browser.set_window_size(1280, max(600, min(height, 1100)))
+            time.sleep(0.5)
+            browser.save_screenshot(str(out / f"{name}.png"))
+            browser.set_window_size(1280, 800)
+            print(out / f"{name}.png", flush=True)
+    finally:
+        browser.quit()
+        stop.set()
+        for t in threads:
+            t.join(5)
+        print("\n".join(cluster.stop()))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 150.0)

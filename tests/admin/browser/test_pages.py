@@ -3,6 +3,10 @@ the numbers the pages show are the brokers' /stats, names from clients are shown
 numbers refresh in place, and a broker that does not answer shows on its own row."""
 from __future__ import annotations
 
+import http.server
+import threading
+from urllib.parse import parse_qs, urlsplit
+
 import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
@@ -186,3 +190,43 @@ def test_without_admin_rights_the_pages_offer_no_actions(cluster, browser, tmp_p
         assert browser.find_elements(By.ID, "create-form") == []
     finally:
         assert admin.stop() == 0
+
+
+# A 1x1 transparent PNG: what the stand-in Graphite answers for /render.
+PIXEL = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                      "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082")
+
+
+def test_with_graphite_the_pages_draw_nsqadmins_graphs(cluster, browser, tmp_path):
+    """--graphite-url: the topic page asks that Graphite for nsqadmin's render URLs."""
+    seen: list[str] = []
+
+    class Render(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            seen.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+            self.wfile.write(PIXEL)
+
+        def log_message(self, *args):
+            pass
+
+    graphite = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Render)
+    threading.Thread(target=graphite.serve_forever, daemon=True).start()
+    admin = Admin(tmp_path / "graphite-admin.log", "--base-path", BASE_PATH,
+                  "--graphite-url", f"http://127.0.0.1:{graphite.server_port}",
+                  "--lookupd-http-address", cluster.lookupd.http_address).start()
+    try:
+        open_page(browser, admin, "/topics/orders")
+        wait_for(lambda: len(seen) >= 2, what="the topic page's Graphite images")
+        targets = sorted(parse_qs(urlsplit(p).query)["target"][0] for p in seen)
+        assert targets == [
+            'summarize(scale(sumSeries(stats.counters.nsq.*.topic.orders.message_count.count),0.016666666666666666),"60sec","avg")',
+            'summarize(sumSeries(stats.gauges.nsq.*.topic.orders.depth),"60sec","avg")',
+        ]
+        assert all(urlsplit(p).path == "/render" for p in seen)
+    finally:
+        assert admin.stop() == 0
+        graphite.shutdown()
+        graphite.server_close()

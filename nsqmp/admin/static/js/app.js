@@ -86,8 +86,11 @@ async function poll(generation) {
   const page = state.page;
   if (!page || generation !== state.generation) return;
   const banner = document.getElementById('banner');
+  const started = performance.now();
   try {
     const warning = await page.refresh();
+    // what one poll costs (fetch + render), for the bench and the curious: body[data-refresh-ms]
+    document.body.dataset.refreshMs = (performance.now() - started).toFixed(1);
     if (generation !== state.generation) return;
     state.lastOk = Date.now();
     banner.replaceChildren();

@@ -2,6 +2,7 @@
 // with all of its fields (nsqadmin's channel page, plus charts and failed brokers' rows).
 import {apiUrl, del, get, post, url} from '../api.js';
 import {HistoryCharts} from '../chart.js';
+import {graphiteBlock} from '../graphite.js';
 import {badge, commafy, duration, h} from '../dom.js';
 import {Table} from '../table.js';
 import {
@@ -62,7 +63,8 @@ export function mount(main, {topic, channel}, ctx) {
   clients.el.id = 'channel-clients';
   const noProducers = notice('No broker has this topic/channel. See Lookup for what the lookupds know.');
   const noClients = notice('No clients connected to this channel.');
-  main.append(header.el, bar.el, charts.el,
+  const graphite = graphiteBlock(ctx.config, topic, channel, ['depth', 'in_flight_count', 'message_count']);
+  main.append(header.el, bar.el, charts.el, graphite || '',
     section('Channel message queues', nodes.el, noProducers),
     section('Client connections', clients.el, noClients));
 

@@ -2,6 +2,7 @@
 // (nsqadmin's topic page, plus the charts and the failed brokers' rows).
 import {apiUrl, del, get, post, url} from '../api.js';
 import {HistoryCharts} from '../chart.js';
+import {graphiteBlock} from '../graphite.js';
 import {badge, commafy, h} from '../dom.js';
 import {Table} from '../table.js';
 import {
@@ -21,7 +22,8 @@ export function mount(main, {topic}, ctx) {
   channels.el.id = 'topic-channels';
   const noProducers = notice('No broker has this topic. See Lookup for what the lookupds know.');
   const noChannels = notice('No channels exist for this topic: messages queue at the topic until a channel is created.');
-  main.append(header.el, bar.el, charts.el,
+  const graphite = graphiteBlock(ctx.config, topic, '', ['depth', 'message_count']);
+  main.append(header.el, bar.el, charts.el, graphite || '',
     section('Topic message queue', nodes.el, noProducers),
     section('Channel message queues', channels.el, noChannels));
 

@@ -125,11 +125,15 @@ def cmd_check_config(argv: list[str]) -> int:
 
 def cmd_bench(argv: list[str]) -> int:
     if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "inflight", "timer",
-                                   "answers", "suite", "tuning", "backlog", "floor"):
+                                   "answers", "suite", "tuning", "backlog", "floor", "admin"):
         print("usage: nsqmp bench {writer,reader,latency,timer,answers,suite,tuning,backlog,floor,ring,heap,"
-              "parser,inflight} "
+              "parser,inflight,admin} "
               "[options]", file=sys.stderr)
         return 2
+    if argv[0] == "admin":
+        from nsqmp.bench import admin
+
+        return admin.main(argv[1:]) or 0
     if argv[0] == "floor":
         from nsqmp.bench import floor
 

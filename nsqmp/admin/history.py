@@ -121,9 +121,9 @@ class Sampler:
 
     # -- reading -----------------------------------------------------------------------------
     def _ordered(self, ring: array) -> list:
-        """The ring oldest first, only the slots ever written (NaN -> JSON null via orjson)."""
+        """The ring oldest first, only the slots ever written; NaN (not sampled) as None."""
         items = ring[self.head:].tolist() + ring[:self.head].tolist()
-        return items[self._skip():]
+        return [None if v != v else v for v in items[self._skip():]]  # v != v: NaN
 
     def _skip(self) -> int:
         ts = self.ts[self.head:].tolist() + self.ts[:self.head].tolist()

@@ -12,10 +12,12 @@ import threading
 import time
 from pathlib import Path
 
-from nsqmp.client import Connection, wire
+from nsqmp.client import Connection
+from nsqmp.client.sync import NSQError
 from tests.admin.browser.cluster import start_cluster
 from tests.admin.browser.driving import open_page
 
+WIDTH = 1440  # the page's max width: a screen operators keep the admin on
 PAGES = [("topics", "/"), ("topic", "/topics/orders"), ("channel", "/topics/orders/billing"),
          ("nodes", "/nodes"), ("node", None), ("lookup", "/lookup"), ("counter", "/counter")]
 
@@ -36,14 +38,22 @@ def worker(address: str, stop: threading.Event, client_id: str) -> None:
     with Connection.connect(address) as c:
         c.identify(client_id=client_id, hostname=f"{client_id}.example", user_agent="go-nsq/1.1.0", deflate=False)
         c.sub("orders", "billing", rdy=5)
-        c.sock.settimeout(1.0)
+        c.sock.settimeout(None)  # a timeout mid-frame would lose the frame's start
         while not stop.is_set():
             try:
                 msg = c.read_message()
-            except (TimeoutError, OSError):
+            except NSQError:  # a FIN the broker no longer knew about: keep consuming
                 continue
+            except (OSError, EOFError):  # the broker stopped: we are done
+                return
             c.fin(msg.id)
             time.sleep(0.025)
+
+
+def viewport(browser, height: int) -> None:
+    """Size the page WIDTH x height (headless Chromium clamps window resizes to its screen)."""
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": WIDTH, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
 
 def main(out: Path, seconds: float) -> None:
@@ -64,7 +74,7 @@ def main(out: Path, seconds: float) -> None:
     options.binary_location = "/usr/bin/chromium"
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", "--window-size=1280,800", f"--user-data-dir={tempfile.mkdtemp()}"):
+                "--no-first-run", f"--window-size={WIDTH},800", f"--user-data-dir={tempfile.mkdtemp()}"):
         options.add_argument(arg)
     browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     try:
@@ -72,19 +82,20 @@ def main(out: Path, seconds: float) -> None:
         for name, path in PAGES:
             path = path or f"/nodes/{cluster.brokers[0].http_address}"
             open_page(browser, cluster.admin, path)
+            viewport(browser, 1400)
             time.sleep(3)  # a couple of polls: rates and charts settle
-            height = browser.execute_script("return document.documentElement.scrollHeight")
-            browser.set_window_size(1280, max(600, min(height, 1100)))
+            bottom = browser.execute_script(
+                "return Math.ceil(document.querySelector('.page').getBoundingClientRect().bottom)")
+            viewport(browser, max(480, min(bottom, 1100)))
             time.sleep(0.5)
             browser.save_screenshot(str(out / f"{name}.png"))
-            browser.set_window_size(1280, 800)
             print(out / f"{name}.png", flush=True)
     finally:
         browser.quit()
         stop.set()
+        print("\n".join(cluster.stop()))
         for t in threads:
             t.join(5)
-        print("\n".join(cluster.stop()))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,20 @@ def worker(address: str, stop: threading.Event, client_id: str) -> None:
             time.sleep(0.025)
 
 
+def extras(brokers) -> None:
+    """A few more topics, so the list looks like a cluster: a backlog, a paused channel."""
+    for name, channels, count, where in [("payments", ["ledger", "fraud-check"], 1200, brokers),
+                                         ("clicks", ["sessions"], 40000, brokers[:1]),
+                                         ("emails", ["sender"], 350, brokers[1:])]:
+        for b in where:
+            for ch in channels:
+                assert b.http("POST", f"/channel/create?topic={name}&channel={ch}")[0] == 200
+            with Connection.connect(b.tcp_address) as c:
+                for i in range(0, count, 500):
+                    c.mpub(name, [b"x" * 64] * min(500, count - i))
+    assert brokers[1].http("POST", "/channel/pause?topic=emails&channel=sender")[0] == 200
+
+
 def viewport(browser, height: int) -> None:
     """Size the page WIDTH x height (headless Chromium clamps window resizes to its screen)."""
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
@@ -63,6 +77,7 @@ def main(out: Path, seconds: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cluster = start_cluster(Path(tempfile.mkdtemp(prefix="nsqmp-shots-")), "--history-interval", "2",
                             "--refresh-interval", "2")
+    extras(cluster.brokers)
     stop = threading.Event()
     threads = [threading.Thread(target=publisher, args=(b.tcp_address, stop, rate), daemon=True)
                for b, rate in zip(cluster.brokers, (40, 25))]

@@ -5,6 +5,7 @@ as `nsqmp admin` behind a base path. Also run by hand to look at the UI:
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
@@ -74,16 +75,58 @@ class Consumer:
         self.thread.join(5)
 
 
+class FlaggedReaders:
+    """pynsq Readers on broker:topic/channel with snappy, deflate and a sample rate, on an
+    event loop of their own: clients whose attributes the channel page must show."""
+
+    KINDS = {"snappy": {"snappy": True}, "deflate": {"deflate": True}, "sampled": {"sample_rate": 50}}
+
+    def __init__(self, broker: Broker, topic: str, channel: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.readers: list = []
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(broker.tcp_address, topic, channel, started),
+                                       daemon=True)
+        self.thread.start()
+        started.wait(10)
+
+    def _run(self, address: str, topic: str, channel: str, started: threading.Event) -> None:
+        import nsq
+
+        async def create() -> None:
+            for kind, opts in self.KINDS.items():
+                self.readers.append(nsq.Reader(topic, channel, lambda m: True, nsqd_tcp_addresses=[address],
+                                               max_in_flight=1, user_agent=f"pynsq-{kind}", **opts))
+
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(create())
+        started.set()
+        self.loop.run_forever()
+        self.loop.close()
+
+    def close(self) -> None:
+        def stop() -> None:
+            for r in self.readers:
+                r.connect_to_nsqd = lambda *a, **k: None  # no reconnect after close
+                r.close()
+            self.loop.call_later(0.3, self.loop.stop)
+
+        self.loop.call_soon_threadsafe(stop)
+        self.thread.join(5)
+
+
 @dataclass
 class Cluster:
     lookupd: Lookupd
     brokers: list[Broker]
     admin: Admin
     consumers: list[Consumer]
+    flagged: FlaggedReaders
 
     def stop(self) -> list[str]:
         """Stop everything started; the failures (non-zero exits) as text."""
         failures = []
+        self.flagged.close()
         for c in self.consumers:
             c.close()
         for name, proc in [("admin", self.admin)] + [(f"broker {b.http_address}", b) for b in self.brokers] \
@@ -107,33 +150,59 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
     - topic "orders" on both brokers, channel "billing" on both, 30 + 20 messages; on each
       broker one consumer of billing has taken 10 and finished 6 (4 in flight);
     - on broker 0, channel "audit" of orders with the XSS user agent's consumer;
-    - topic "events" on broker 1 only (channel "archive", paused later by the tests).
+    - topic "events" on broker 1 only (channel "archive");
+    - topic "flagged" on broker 0, channel "flags": pynsq readers with snappy, deflate and a
+      sample rate (FlaggedReaders).
+    If any step fails, what was started is stopped before the error goes up.
     """
     root.mkdir(parents=True, exist_ok=True)
-    lookupd = Lookupd("-broadcast-address=127.0.0.1", log_path=root / "lookupd.log").start()
-    brokers = []
-    for n in range(2):
-        brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1), "--acceptors", "1", "--routers", "1",
-                              "--lookupd-tcp-address", lookupd.tcp_address).start())
-    for n, b in enumerate(brokers):
+    daemons: list = []
+    clients: list = []
+    try:
+        lookupd = Lookupd("-broadcast-address=127.0.0.1", log_path=root / "lookupd.log").start()
+        daemons.append(lookupd)
+        brokers = []
+        for n in range(2):
+            brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1),
+                                  "--acceptors", "1", "--routers", "1",
+                                  "--lookupd-tcp-address", lookupd.tcp_address).start())
+            daemons.insert(0, brokers[-1])  # stopped before the lookupd
+        populate(brokers)
+        for n, b in enumerate(brokers):
+            clients.append(Consumer(b, "orders", "billing", client_id=f"billing-{n}", user_agent="nsqmp-test/1.0",
+                                    take=10, finish=6))
+        clients.append(Consumer(brokers[0], "orders", "audit", client_id="audit-0", user_agent=XSS_AGENT,
+                                take=2, finish=1))
+        flagged = FlaggedReaders(brokers[0], "flagged", "flags")
+        wait_registered(lookupd, {"orders": 2, "events": 1, "flagged": 1})
+        admin = Admin(root / "admin.log", "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN,
+                      "--lookupd-http-address", lookupd.http_address, *admin_args).start()
+    except BaseException:
+        for c in clients:
+            c.close()
+        for d in daemons:
+            if d.proc is not None and d.proc.poll() is None:
+                d.stop()
+        raise
+    return Cluster(lookupd, brokers, admin, clients, flagged)
+
+
+def populate(brokers: list[Broker]) -> None:
+    """The topics, channels and messages start_cluster describes."""
+    for b in brokers:
         http_post(b, "/topic/create?topic=orders")
         http_post(b, "/channel/create?topic=orders&channel=billing")
     http_post(brokers[0], "/channel/create?topic=orders&channel=audit")
     http_post(brokers[1], "/topic/create?topic=events")
     http_post(brokers[1], "/channel/create?topic=events&channel=archive")
+    http_post(brokers[0], "/topic/create?topic=flagged")
+    http_post(brokers[0], "/channel/create?topic=flagged&channel=flags")
     for b, count in zip(brokers, (30, 20)):
         with Connection.connect(b.tcp_address) as pub:
             pub.identify(client_id="publisher")
             pub.mpub("orders", [f"order {i}".encode() for i in range(count)])
-            pub.mpub("events", [b"e"] * 5) if b is brokers[1] else None
-    consumers = [Consumer(b, "orders", "billing", client_id=f"billing-{n}", user_agent="nsqmp-test/1.0",
-                          take=10, finish=6) for n, b in enumerate(brokers)]
-    consumers.append(Consumer(brokers[0], "orders", "audit", client_id="audit-0", user_agent=XSS_AGENT,
-                              take=2, finish=1))
-    wait_registered(lookupd, {"orders": 2, "events": 1})
-    admin = Admin(root / "admin.log", "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN,
-                  "--lookupd-http-address", lookupd.http_address, *admin_args).start()
-    return Cluster(lookupd, brokers, admin, consumers)
+            if b is brokers[1]:
+                pub.mpub("events", [b"e"] * 5)
 
 
 def wait_registered(lookupd: Lookupd, want: dict[str, int], timeout: float = 10.0) -> None:

@@ -56,6 +56,7 @@ def extras(brokers) -> None:
                                          ("clicks", ["sessions"], 40000, brokers[:1]),
                                          ("emails", ["sender"], 350, brokers[1:])]:
         for b in where:
+            assert b.http("POST", f"/topic/create?topic={name}")[0] == 200
             for ch in channels:
                 assert b.http("POST", f"/channel/create?topic={name}&channel={ch}")[0] == 200
             with Connection.connect(b.tcp_address) as c:
@@ -70,47 +71,59 @@ def viewport(browser, height: int) -> None:
                             {"width": WIDTH, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
 
-def main(out: Path, seconds: float) -> None:
+def chromium():
+    """Headless Chromium, WIDTH wide, scrollbars hidden."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    out.mkdir(parents=True, exist_ok=True)
-    cluster = start_cluster(Path(tempfile.mkdtemp(prefix="nsqmp-shots-")), "--history-interval", "2",
-                            "--refresh-interval", "2")
-    extras(cluster.brokers)
-    stop = threading.Event()
-    threads = [threading.Thread(target=publisher, args=(b.tcp_address, stop, rate), daemon=True)
-               for b, rate in zip(cluster.brokers, (40, 25))]
-    threads += [threading.Thread(target=worker, args=(b.tcp_address, stop, f"worker-{i}"), daemon=True)
-                for i, b in enumerate(cluster.brokers)]
-    for t in threads:
-        t.start()
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--no-first-run", f"--window-size={WIDTH},800", f"--user-data-dir={tempfile.mkdtemp()}"):
         options.add_argument(arg)
-    browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def shoot(browser, cluster, out: Path) -> None:
+    """One PNG per page of PAGES, cut to the page's height."""
+    for name, path in PAGES:
+        open_page(browser, cluster.admin, path or f"/nodes/{cluster.brokers[0].http_address}")
+        viewport(browser, 1400)
+        time.sleep(3)  # a couple of polls: rates and charts settle
+        bottom = browser.execute_script(
+            "return Math.ceil(document.querySelector('.page').getBoundingClientRect().bottom)")
+        viewport(browser, max(480, min(bottom, 1100)))
+        time.sleep(0.5)
+        browser.save_screenshot(str(out / f"{name}.png"))
+        print(out / f"{name}.png", flush=True)
+
+
+def main(out: Path, seconds: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cluster = start_cluster(Path(tempfile.mkdtemp(prefix="nsqmp-shots-")), "--history-interval", "2",
+                            "--refresh-interval", "2")
+    stop = threading.Event()
+    threads = [threading.Thread(target=publisher, args=(b.tcp_address, stop, rate), daemon=True)
+               for b, rate in zip(cluster.brokers, (40, 25))]
+    threads += [threading.Thread(target=worker, args=(b.tcp_address, stop, f"worker-{i}"), daemon=True)
+                for i, b in enumerate(cluster.brokers)]
+    browser = None
     try:
+        extras(cluster.brokers)
+        for t in threads:
+            t.start()
+        browser = chromium()
         time.sleep(seconds)
-        for name, path in PAGES:
-            path = path or f"/nodes/{cluster.brokers[0].http_address}"
-            open_page(browser, cluster.admin, path)
-            viewport(browser, 1400)
-            time.sleep(3)  # a couple of polls: rates and charts settle
-            bottom = browser.execute_script(
-                "return Math.ceil(document.querySelector('.page').getBoundingClientRect().bottom)")
-            viewport(browser, max(480, min(bottom, 1100)))
-            time.sleep(0.5)
-            browser.save_screenshot(str(out / f"{name}.png"))
-            print(out / f"{name}.png", flush=True)
+        shoot(browser, cluster, out)
     finally:
-        browser.quit()
+        if browser is not None:
+            browser.quit()
         stop.set()
         print("\n".join(cluster.stop()))
         for t in threads:
-            t.join(5)
+            if t.is_alive():
+                t.join(5)
 
 
 if __name__ == "__main__":

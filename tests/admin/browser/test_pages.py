@@ -26,7 +26,7 @@ def by_first(rows: list[dict], column: str) -> dict[str, dict]:
 def test_topics_page_shows_every_topic_with_the_brokers_numbers(cluster, browser):
     open_page(browser, cluster.admin, "/")
     rows = by_first(table(browser, "topics-table"), "Topic")
-    assert sorted(rows) == ["events", "orders"]
+    assert sorted(rows) == ["events", "flagged", "orders"]
     for name, row in rows.items():
         stats = topic_stats(cluster.brokers, name)
         assert number(row["Messages"]) == sum(t["message_count"] for t in stats)
@@ -85,6 +85,13 @@ def test_channel_page_lists_every_client_with_its_fields(cluster, browser):
         assert row["Connected"].endswith("s")
 
 
+def test_client_attributes_snappy_deflate_sampled(cluster, browser):
+    open_page(browser, cluster.admin, "/topics/flagged/flags")
+    wait_for(lambda: len(table(browser, "channel-clients")) == 3, what="the three pynsq readers")
+    attributes = {r["User-Agent"]: r["Attributes"] for r in table(browser, "channel-clients")}
+    assert attributes == {"pynsq-snappy": "Snappy", "pynsq-deflate": "Deflate", "pynsq-sampled": "Sampled 50%"}
+
+
 def test_a_hostile_user_agent_is_shown_as_text(cluster, browser):
     for path, table_id in [("/topics/orders/audit", "channel-clients"),
                            (f"/nodes/{cluster.brokers[0].http_address}", "node-clients")]:
@@ -128,7 +135,7 @@ def test_lookup_page_shows_what_the_lookupd_knows(cluster, browser):
     assert [h["nsqlookupd"] for h in hosts] == [cluster.lookupd.http_address]
     assert hosts[0]["Status"] == "ok"
     known = by_first(table(browser, "lookup-topics"), "Topic")
-    assert sorted(known) == ["events", "orders"]
+    assert sorted(known) == ["events", "flagged", "orders"]
     assert sorted(known["orders"]["Producers"].split()) == sorted(b.http_address for b in cluster.brokers)
 
 

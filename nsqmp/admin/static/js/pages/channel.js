@@ -106,7 +106,7 @@ export function mount(main, {topic, channel}, ctx) {
     ];
     nodes.setColumns(cols, e2eGroups(cols.length, e2e.length));
     const rows = data.nodes || [];
-    const failed = failedRows(data, new Set(rows.map((r) => r.node)));
+    const failed = failedRows(data, new Set(rows.map((r) => r.node)), ctx.config.nsqlookupd || []);
     nodes.update([...rows, ...failed], rows.length ? [{...data, total: true, paused: false}] : []);
     nodes.el.hidden = rows.length + failed.length === 0;
     noProducers.hidden = !nodes.el.hidden;

@@ -1,9 +1,8 @@
 // Pieces several pages share: headers with breadcrumbs, action buttons that confirm
 // before they act, the e2e latency columns, and the rows of brokers that failed.
-import {ApiError} from '../api.js';
+import {ApiError, url} from '../api.js';
 import {confirmAction} from '../confirm.js';
 import {alertBox, badge, commafy, h, nanotohuman, quantileLabel, replace} from '../dom.js';
-import {url} from '../api.js';
 
 /** A page header: breadcrumbs [[label, href], ...], the title, a slot for badges. */
 export function pageHeader(crumbs, title, subtitle = null) {
@@ -87,11 +86,12 @@ export function e2eGroups(columns, e2eCount, label = '') {
 
 /**
  * Rows for the brokers that failed this poll, to add to a per-broker table: each has
- * `node` and `error`, and `failed: true` so the columns can show the error.
+ * `node` and `error`, and `failed: true` so the columns can show the error. A failed
+ * lookupd is no broker: it shows in the page's warning line only.
  */
-export function failedRows(data, present = new Set()) {
+export function failedRows(data, present = new Set(), lookupds = []) {
   return ((data && data.errors) || [])
-    .filter((e) => !present.has(e.node))
+    .filter((e) => !present.has(e.node) && !lookupds.includes(e.node))
     .map((e) => ({node: e.node, error: e.error, failed: true}));
 }
 

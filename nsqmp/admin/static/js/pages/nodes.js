@@ -38,7 +38,7 @@ export function mount(main, params, ctx) {
     async refresh() {
       const data = await get(apiUrl('/nodes'));
       const list = data.nodes || [];
-      const failed = failedRows(data, new Set(list.map(nodeName)));
+      const failed = failedRows(data, new Set(list.map(nodeName)), ctx.config.nsqlookupd || []);
       table.update([...list, ...failed]);
       header.el.querySelector('.title-text').textContent = `Nodes (${list.length})`;
       empty.hidden = list.length + failed.length > 0;

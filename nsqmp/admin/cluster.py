@@ -139,9 +139,12 @@ class Cluster:
         if self.lookupds:
             got = await self._fan(self.lookupds, lambda a: self.get(f"http://{a}/topics"), errors, "nsqlookupd")
             return sorted({t for r in got for t in (r.get("topics") or ())})
-        got = await self._fan(self.nsqds, lambda a: self.get(f"http://{a}/stats?format=json&include_clients=false"),
-                              errors, "nsqd")
-        return sorted({t["topic_name"] for r in got for t in (r.get("topics") or ())})
+        async def names(addr: str) -> list[str]:  # cut at once: one parsed /stats alive at a time
+            raw = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false")
+            return [t["topic_name"] for t in raw.get("topics") or ()]
+
+        got = await self._fan(self.nsqds, names, errors, "nsqd")
+        return sorted({name for part in got for name in part})
 
     async def lookupd_topic_channels(self, topic: str, errors: Errors) -> list[str]:
         """GetLookupdTopicChannels: the union of a topic's channels on every lookupd."""

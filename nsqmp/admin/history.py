@@ -1,12 +1,16 @@
 """History without Graphite: a sampler polls the brokers every --history-interval seconds and
 keeps the last --history-window seconds per topic and per channel in fixed rings.
 
-Memory is bounded by construction: one shared ring of timestamps, and per series three or four
-float32 rings of window/interval slots (depth, publish rate, delivery rate; a topic also keeps its
-channels' depth): 1,000 topics x 10 channels at the defaults (360 slots) is about 49 MB, whatever
-the number of brokers (brokers are summed before storing). A series unseen for a whole window is
-dropped, so topic churn does not grow it. Rates are computed from per-broker counter deltas, so a
-broker restarting (its counters going backwards) adds 0 for that step instead of a negative rate.
+Memory is bounded by construction and small per series: one shared ring of timestamps; per
+series one uint16 ring per column (depth, publish rate, delivery rate; a topic also its channels'
+depth), each value stored as round(log1p(v) x 2370), which keeps 0.05 % relative precision from 0
+to 10^12 (a chart's needs) in 2 bytes; 0xFFFF marks "not sampled". At the defaults (10 s, 1 h:
+360 slots), 1,000 topics x 10 channels take about 25 MB whatever the number of brokers, since
+brokers are summed before storing. A broker's previous counters are kept in flat int64 arrays by
+series number (16 bytes per series per broker). Each broker's /stats is folded in as soon as it
+is parsed, so one parsed /stats is the most the sampler holds. A series unseen for a whole window
+is dropped and its number reused, so topic churn does not grow the rings. Rates come from
+per-broker counter deltas: a broker restarting (its counters going backwards) adds 0 for that step.
 """
 from __future__ import annotations
 
@@ -22,148 +26,194 @@ from nsqmp.admin.cluster import AllFailed, Cluster, Errors
 
 log = logging.getLogger("nsqmp.admin")
 
-NAN = math.nan
+_K = 2370.0  # log1p(1e12) x _K < 0xFFFF
+_NONE = 0xFFFF
+DEPTH, PUBLISH, DELIVERY, CHANNELS_DEPTH = range(4)
+_COLUMNS = ("depth", "publish_rate", "delivery_rate", "channels_depth")
+
+
+def encode(value: float) -> int:
+    """A non-negative value as its uint16 log code (NaN -> "not sampled")."""
+    if value != value:  # NaN
+        return _NONE
+    return min(_NONE - 1, round(math.log1p(max(value, 0.0)) * _K))
+
+
+def decode(code: int, integer: bool = False) -> float | None:
+    """The value a code stands for (None: not sampled); depths are rounded to integers."""
+    if code == _NONE:
+        return None
+    value = math.expm1(code / _K)
+    return float(round(value)) if integer else value
 
 
 class Series:
-    """One topic's or channel's rings (float32; NaN where nothing was sampled)."""
+    """One topic's or channel's rings: `columns` x `slots` uint16 codes, column-major."""
 
-    __slots__ = ("depth", "publish", "delivery", "channels_depth", "last_seen")
+    __slots__ = ("number", "codes", "columns", "last_seen")
 
-    def __init__(self, slots: int, topic: bool) -> None:
-        blank = array("f", [NAN]) * slots
-        self.depth, self.publish, self.delivery = array("f", blank), array("f", blank), array("f", blank)
-        self.channels_depth = array("f", blank) if topic else None
+    def __init__(self, number: int, slots: int, columns: int) -> None:
+        self.number = number
+        self.codes = array("H", [_NONE]) * (slots * columns)
+        self.columns = columns
         self.last_seen = 0.0
 
 
-def _reduce(raw: dict, addr: str, hostname: str) -> tuple[str, dict]:
-    """One broker's /stats cut to the counters the sampler needs:
-    {topic: (message_count, depth, {channel: (message_count, depth, left)})}, where `left` counts
-    the messages that left the channel (finished): message_count - depth - in flight - deferred."""
-    out = {}
-    for t in raw.get("topics") or ():
-        chans = {}
-        for c in t.get("channels") or ():
-            mc, depth = c.get("message_count", 0), c.get("depth", 0)
-            chans[c.get("channel_name", "")] = (mc, depth, mc - depth - c.get("in_flight_count", 0)
-                                                - c.get("deferred_count", 0))
-        out[t.get("topic_name", "")] = (t.get("message_count", 0), t.get("depth", 0), chans)
-    return addr, out
-
-
-def _delta(now: int, before: int | None) -> int:
-    return now - before if before is not None and now >= before else 0
-
-
 class Sampler:
-    """The rings and the task that fills them."""
+    """The rings, the per-broker counters, and the task that fills them."""
 
     def __init__(self, interval: float, window: float) -> None:
         self.interval = interval
         self.window = window
         self.slots = max(2, int(window // interval))
-        self.ts = array("d", [NAN]) * self.slots
+        self.ts = array("d", [math.nan]) * self.slots
         self.head = 0  # the slot the next sample goes to
-        self.topics: dict[str, Series] = {}
-        self.channels: dict[tuple[str, str], Series] = {}
-        self.prev: dict[str, dict] = {}  # node -> its last _reduce answer
-        self.prev_ts: dict[str, float] = {}
+        self.series: dict[str | tuple[str, str], Series] = {}  # topic name or (topic, channel)
+        self._free: list[int] = []  # series numbers to reuse
+        self._next = 0
+        self._prev: dict[str, tuple[array, array, float]] = {}  # node -> (counts, lefts, ts)
+        self._tick: dict[str | tuple[str, str], list[float]] = {}
+        self._rated = False
 
     # -- recording ---------------------------------------------------------------------------
-    def record(self, now: float, parts: list[tuple[str, dict]]) -> None:
-        """Store one sample taken at `now` from every broker's `_reduce` answer."""
-        topic_vals: dict[str, list] = {}   # name -> [depth, pub, dlv, channels depth]
-        chan_vals: dict[tuple[str, str], list] = {}  # (topic, channel) -> [depth, pub, dlv]
-        for addr, topics in parts:
-            before, then = self.prev.get(addr, {}), self.prev_ts.get(addr)
-            dt = now - then if then is not None and now > then else None
-            for name, (mc, depth, chans) in topics.items():
-                was = before.get(name)
-                tv = topic_vals.setdefault(name, [0.0, 0.0 if dt else NAN, 0.0 if dt else NAN, 0.0])
-                tv[0] += depth
-                if dt:
-                    tv[1] += _delta(mc, was[0] if was else None) / dt
-                for cname, (cmc, cdepth, left) in chans.items():
-                    cwas = was[2].get(cname) if was else None
-                    cv = chan_vals.setdefault((name, cname), [0.0, 0.0 if dt else NAN, 0.0 if dt else NAN])
-                    cv[0] += cdepth
-                    tv[3] += cdepth
-                    if dt:
-                        cv[1] += _delta(cmc, cwas[0] if cwas else None) / dt
-                        rate = _delta(left, cwas[2] if cwas else None) / dt
-                        cv[2] += rate
-                        tv[2] += rate
-            self.prev[addr], self.prev_ts[addr] = topics, now
-        slot = self.head
-        self.ts[slot] = now
-        self._store(self.topics, topic_vals, slot, now, topic=True)
-        self._store(self.channels, chan_vals, slot, now, topic=False)
-        self.head = (slot + 1) % self.slots
+    def _number(self) -> int:
+        if self._free:
+            return self._free.pop()
+        self._next += 1
+        return self._next - 1
 
-    def _store(self, series: dict, values: dict, slot: int, now: float, topic: bool) -> None:
-        for key, vals in values.items():
-            s = series.get(key)
-            if s is None:
-                s = series[key] = Series(self.slots, topic)
-            s.depth[slot], s.publish[slot], s.delivery[slot] = vals[0], vals[1], vals[2]
-            if topic:
-                s.channels_depth[slot] = vals[3]
-            s.last_seen = now
-        for key in [k for k, s in series.items() if k not in values]:
-            s = series[key]
-            if now - s.last_seen > self.window:
-                del series[key]
+    def _grow(self, counts: array, lefts: array) -> None:
+        """Make room in one broker's counters for every series number (-1: never seen there)."""
+        if len(counts) < self._next:
+            more = array("q", [-1]) * (self._next - len(counts))
+            counts.extend(more)
+            lefts.extend(more)
+
+    def _acc(self, key: str | tuple[str, str], columns: int) -> tuple[list[float], int]:
+        s = self.series.get(key)
+        if s is None:
+            s = self.series[key] = Series(self._number(), self.slots, columns)
+        vals = self._tick.get(key)
+        if vals is None:
+            vals = self._tick[key] = [0.0] * columns
+        return vals, s.number
+
+    def fold(self, node: str, raw: dict, now: float) -> None:
+        """Add one broker's /stats (taken at `now`) to the sample being built: depths summed,
+        rates from this broker's counter deltas since its previous sample."""
+        counts, lefts, then = self._prev.get(node, (array("q"), array("q"), None))
+        dt = now - then if then is not None and now > then else 0.0
+        self._rated = self._rated or bool(dt)
+        for t in raw.get("topics") or ():
+            name = t.get("topic_name", "")
+            tv, tn = self._acc(name, 4)
+            self._grow(counts, lefts)
+            tv[DEPTH] += t.get("depth", 0)
+            mc = t.get("message_count", 0)
+            if dt and 0 <= counts[tn] <= mc:
+                tv[PUBLISH] += (mc - counts[tn]) / dt
+            counts[tn] = mc
+            for c in t.get("channels") or ():
+                cv, cn = self._acc((name, c.get("channel_name", "")), 3)
+                self._grow(counts, lefts)
+                cmc, depth = c.get("message_count", 0), c.get("depth", 0)
+                left = cmc - depth - c.get("in_flight_count", 0) - c.get("deferred_count", 0)
+                cv[DEPTH] += depth
+                tv[CHANNELS_DEPTH] += depth
+                if dt and 0 <= counts[cn] <= cmc:
+                    cv[PUBLISH] += (cmc - counts[cn]) / dt
+                if dt and 0 <= lefts[cn] <= left:
+                    rate = (left - lefts[cn]) / dt
+                    cv[DELIVERY] += rate
+                    tv[DELIVERY] += rate
+                counts[cn], lefts[cn] = cmc, left
+        self._prev[node] = (counts, lefts, now)
+
+    def begin(self) -> None:
+        """Start a sample: nothing folded yet."""
+        self._tick = {}
+        self._rated = False
+
+    def commit(self, now: float) -> None:
+        """Store the folded sample in the next slot; series not seen get "not sampled", and
+        rates too when no broker had a previous sample to compare with."""
+        slot, slots = self.head, self.slots
+        self.ts[slot] = now
+        for key, s in list(self.series.items()):
+            vals = self._tick.get(key)
+            if vals is None:
+                if now - s.last_seen > self.window:
+                    self._drop(key, s)
+                    continue
+                for col in range(s.columns):
+                    s.codes[col * slots + slot] = _NONE
                 continue
-            s.depth[slot] = s.publish[slot] = s.delivery[slot] = NAN
-            if topic:
-                s.channels_depth[slot] = NAN
+            s.last_seen = now
+            for col in range(s.columns):
+                unknown = col in (PUBLISH, DELIVERY) and not self._rated
+                s.codes[col * slots + slot] = _NONE if unknown else encode(vals[col])
+        self._tick = {}
+        self.head = (slot + 1) % slots
+
+    def _drop(self, key: str | tuple[str, str], s: Series) -> None:
+        del self.series[key]
+        for counts, lefts, _ in self._prev.values():
+            if s.number < len(counts):
+                counts[s.number] = lefts[s.number] = -1
+        self._free.append(s.number)
+
+    def record(self, now: float, stats: list[tuple[str, dict]]) -> None:
+        """One whole sample from (node, /stats) pairs (the sampler folds as answers come)."""
+        self.begin()
+        for node, raw in stats:
+            self.fold(node, raw, now)
+        self.commit(now)
 
     # -- reading -----------------------------------------------------------------------------
-    def _ordered(self, ring: array) -> list:
-        """The ring oldest first, only the slots ever written; NaN (not sampled) as None."""
-        items = ring[self.head:].tolist() + ring[:self.head].tolist()
-        return [None if v != v else v for v in items[self._skip():]]  # v != v: NaN
-
-    def _skip(self) -> int:
-        ts = self.ts[self.head:].tolist() + self.ts[:self.head].tolist()
-        return next((i for i, t in enumerate(ts) if not math.isnan(t)), len(ts))
+    def _order(self) -> tuple[list[int], int]:
+        """Slot numbers oldest first, starting at the first slot ever written."""
+        order = list(range(self.head, self.slots)) + list(range(self.head))
+        skip = next((i for i, slot in enumerate(order) if not math.isnan(self.ts[slot])), len(order))
+        return order[skip:], skip
 
     def rates(self, topic: str) -> tuple[float | None, float | None]:
         """The topic's publish and delivery rates at the last sample (None if unknown)."""
-        s = self.topics.get(topic)
+        s = self.series.get(topic)
         if s is None:
             return None, None
         last = (self.head - 1) % self.slots
-        pub, dlv = s.publish[last], s.delivery[last]
-        return (None if math.isnan(pub) else pub), (None if math.isnan(dlv) else dlv)
+        return (decode(s.codes[PUBLISH * self.slots + last]),
+                decode(s.codes[DELIVERY * self.slots + last]))
 
     def history(self, topic: str, channel: str = "") -> dict:
         """API.md's columnar answer for a topic or a channel."""
-        s = self.channels.get((topic, channel)) if channel else self.topics.get(topic)
-        out = {"topic_name": topic, "channel_name": channel, "interval": self.interval, "window": self.window}
-        if s is None:
-            out.update(ts=[], depth=[], publish_rate=[], delivery_rate=[])
-            if not channel:
-                out["channels_depth"] = []
-            return out
-        out.update(ts=self._ordered(self.ts), depth=self._ordered(s.depth),
-                   publish_rate=self._ordered(s.publish), delivery_rate=self._ordered(s.delivery))
-        if not channel:
-            out["channels_depth"] = self._ordered(s.channels_depth)
+        s = self.series.get((topic, channel) if channel else topic)
+        out: dict = {"topic_name": topic, "channel_name": channel, "interval": self.interval,
+                     "window": self.window}
+        columns = 3 if channel else 4
+        order, _ = self._order() if s is not None else ([], 0)
+        out["ts"] = [self.ts[i] for i in order]
+        for col in range(columns):
+            base = col * self.slots
+            integer = col in (DEPTH, CHANNELS_DEPTH)
+            out[_COLUMNS[col]] = [decode(s.codes[base + i], integer) for i in order] if s is not None else []
         return out
 
     # -- polling -----------------------------------------------------------------------------
     async def sample(self, cluster: Cluster) -> None:
-        """Poll every broker once and record what answered."""
+        """Poll every broker once, folding each answer in as it is parsed."""
         errors = Errors()
+        self.begin()
+
+        def fold(raw: dict, addr: str, hostname: str) -> None:
+            self.fold(addr, raw, time.time())
+
         try:
             producers = await cluster.producers(errors, topics=False)
-            parts = await cluster.node_reduce(producers, _reduce, errors)
+            await cluster.node_reduce(producers, fold, errors)
         except AllFailed as exc:
             log.warning("history: %s", exc)
-            parts = []
-        self.record(time.time(), parts)
+        self.commit(time.time())
 
     async def run(self, cluster: Cluster) -> None:
         """Sample every `interval` seconds until cancelled."""

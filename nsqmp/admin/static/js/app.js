@@ -23,7 +23,7 @@ const ROUTES = [
   ['/lookup', lookup, 'lookup'],
 ];
 
-const state = {config: null, page: null, timer: null, generation: 0, lastOk: 0};
+const state = {config: null, page: null, timer: null, generation: 0, polling: 0, again: false, lastOk: 0};
 
 /** The route for a path below the base path: [module, params, nav] or null. */
 export function match(path) {
@@ -81,10 +81,37 @@ async function render() {
   await poll(generation);
 }
 
-/** Refresh the current page, then schedule the next refresh. */
+/**
+ * Refresh the current page, then schedule the next refresh. One poll at a time per page:
+ * asked again while one is under way (an action's refreshNow), it polls once more after.
+ */
 async function poll(generation) {
   const page = state.page;
   if (!page || generation !== state.generation) return;
+  if (state.polling === generation) {
+    state.again = true;
+    return;
+  }
+  state.polling = generation;
+  state.again = false;
+  try {
+    await pollOnce(page, generation);
+  } finally {
+    if (state.polling === generation) state.polling = 0;
+  }
+  if (generation !== state.generation) return;
+  clearTimeout(state.timer);
+  if (state.again) {
+    state.timer = setTimeout(() => poll(generation), 0);
+    return;
+  }
+  if (page.poll === false) return;
+  const every = (state.config && state.config.refresh_interval) || 5;
+  state.timer = setTimeout(() => poll(generation), (page.pollSeconds || every) * 1000);
+}
+
+/** One refresh of page: its data, the warning or error line, the live indicator. */
+async function pollOnce(page, generation) {
   const banner = document.getElementById('banner');
   const started = performance.now();
   try {
@@ -104,9 +131,6 @@ async function poll(generation) {
     if (!(err instanceof ApiError)) console.error(err);
   }
   document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
-  if (page.poll === false) return;
-  const every = (state.config && state.config.refresh_interval) || 5;
-  state.timer = setTimeout(() => poll(generation), (page.pollSeconds || every) * 1000);
 }
 
 function setLive(ok) {

@@ -18,6 +18,7 @@ from tests.admin.browser.cluster import start_cluster
 from tests.admin.browser.driving import open_page
 
 WIDTH = 1440  # the page's max width: a screen operators keep the admin on
+SCALE = 0.8  # 1152-pixel-wide PNGs: readable, and all of them a few hundred KB
 PAGES = [("topics", "/"), ("topic", "/topics/orders"), ("channel", "/topics/orders/billing"),
          ("nodes", "/nodes"), ("node", None), ("lookup", "/lookup"), ("counter", "/counter")]
 
@@ -66,9 +67,10 @@ def extras(brokers) -> None:
 
 
 def viewport(browser, height: int) -> None:
-    """Size the page WIDTH x height (headless Chromium clamps window resizes to its screen)."""
+    """Lay the page out WIDTH x height CSS pixels, drawn at SCALE (headless Chromium clamps
+    window resizes to its screen; the DevTools protocol does not)."""
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                            {"width": WIDTH, "height": height, "deviceScaleFactor": 1, "mobile": False})
+                            {"width": WIDTH, "height": height, "deviceScaleFactor": SCALE, "mobile": False})
 
 
 def chromium():

@@ -113,6 +113,8 @@ def test_tombstone_a_topic_producer(cluster, browser):
     open_page(browser, cluster.admin, "/topics/orders")
     browser.find_element(By.CSS_SELECTOR, f"button.tombstone[data-node='{victim.http_address}']").click()
     assert victim.http_address in answer_confirm(browser)
-    lookup = lambda: sorted(p["http_port"] for p in cluster.lookupd.get("/lookup?topic=orders")["producers"])  # noqa: E731
+    def lookup() -> list[int]:
+        return sorted(p["http_port"] for p in cluster.lookupd.get("/lookup?topic=orders")["producers"])
+
     wait_for(lambda: lookup() == [cluster.brokers[0].http_port], what="the lookupd to hide the tombstoned broker")
     wait_for(lambda: topic_stats([victim], "orders") == [], what="orders deleted on the tombstoned broker")

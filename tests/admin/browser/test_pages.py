@@ -229,7 +229,8 @@ def test_with_graphite_the_pages_draw_nsqadmins_graphs(cluster, browser, tmp_pat
         wait_for(lambda: len(seen) >= 2, what="the topic page's Graphite images")
         targets = sorted(parse_qs(urlsplit(p).query)["target"][0] for p in seen)
         assert targets == [
-            'summarize(scale(sumSeries(stats.counters.nsq.*.topic.orders.message_count.count),0.016666666666666666),"60sec","avg")',
+            "summarize(scale(sumSeries(stats.counters.nsq.*.topic.orders.message_count.count),"
+            '0.016666666666666666),"60sec","avg")',
             'summarize(sumSeries(stats.gauges.nsq.*.topic.orders.depth),"60sec","avg")',
         ]
         assert all(urlsplit(p).path == "/render" for p in seen)

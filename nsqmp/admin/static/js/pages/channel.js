@@ -15,7 +15,8 @@ export function clientFlags(c) {
   const flags = [];
   if (c.sample_rate) flags.push(badge(`Sampled ${c.sample_rate}%`, 'info'));
   if (c.tls) {
-    const title = c.tls_version ? `${c.tls_version} ${c.tls_cipher_suite} ${c.tls_negotiated_protocol} mutual:${c.tls_negotiated_protocol_is_mutual}` : null;
+    const title = c.tls_version ? [c.tls_version, c.tls_cipher_suite, c.tls_negotiated_protocol,
+      `mutual:${c.tls_negotiated_protocol_is_mutual}`].join(' ') : null;
     flags.push(badge('TLS', 'warning', title));
   }
   if (c.deflate) flags.push(badge('Deflate', 'default'));
@@ -78,15 +79,18 @@ export function mount(main, {topic, channel}, ctx) {
     const name = `"${topic}/${channel}"`;
     bar.buttons.replaceChildren(
       actionButton('Empty Queue', 'warning', {action: 'empty', outcome: bar.outcome, after,
-        confirm: {title: 'Empty channel', verb: 'Empty', text: `Empty channel ${name} on every broker? Its queued messages are deleted.`},
+        confirm: {title: 'Empty channel', verb: 'Empty',
+          text: `Empty channel ${name} on every broker? Its queued messages are deleted.`},
         request: () => post(api, {action: 'empty'})}),
       actionButton('Delete Channel', 'danger', {action: 'delete', outcome: bar.outcome,
         after: () => ctx.navigate(url('/topics', topic)),
-        confirm: {title: 'Delete channel', verb: 'Delete', text: `Delete channel ${name} on every broker and lookupd? Its consumers are disconnected.`},
+        confirm: {title: 'Delete channel', verb: 'Delete',
+          text: `Delete channel ${name} on every broker and lookupd? Its consumers are disconnected.`},
         request: () => del(api)}),
       actionButton(isPaused ? 'Unpause Channel' : 'Pause Channel', isPaused ? 'success' : 'primary', {
         action: isPaused ? 'unpause' : 'pause', outcome: bar.outcome, after,
-        confirm: isPaused ? null : {title: 'Pause channel', verb: 'Pause', text: `Pause channel ${name}? Its consumers get no messages until it is unpaused.`},
+        confirm: isPaused ? null : {title: 'Pause channel', verb: 'Pause',
+          text: `Pause channel ${name}? Its consumers get no messages until it is unpaused.`},
         request: () => post(api, {action: isPaused ? 'unpause' : 'pause'})}));
   }
 

@@ -17,16 +17,20 @@ export function mount(main, params, ctx) {
   }
   const hosts = new Table([
     {label: 'nsqlookupd', cell: (l) => h('span.mono', null, l.address)},
-    {label: 'Status', cell: (l) => (l.error ? h('span', null, badge('unreachable', 'error'), h('div.error-text', null, l.error)) : badge('ok', 'success'))},
+    {label: 'Status', cell: (l) => (l.error
+      ? h('span', null, badge('unreachable', 'error'), h('div.error-text', null, l.error))
+      : badge('ok', 'success'))},
     {label: 'Topics', cls: 'num', cell: (l) => (l.error ? '–' : String((l.topics || []).length))},
   ], {key: (l) => l.address, rowClass: (l) => (l.error ? 'failed' : '')});
   hosts.el.id = 'lookup-hosts';
   const known = new Table([
     {label: 'nsqlookupd', cell: (r) => h('span.mono', null, r.lookupd)},
     {label: 'Topic', cell: (r) => h('a.topic', {href: url('/topics', r.topic)}, r.topic)},
-    {label: 'Channels', cell: (r) => h('span', null, (r.channels || []).map((c) => h('a.tag', {href: url('/topics', r.topic, c)}, c)))},
+    {label: 'Channels', cell: (r) => h('span', null,
+      (r.channels || []).map((c) => h('a.tag', {href: url('/topics', r.topic, c)}, c)))},
     {label: 'Producers', cell: (r) => h('span', null, (r.producers || []).map((p) => [nodeLink(p), ' ']))},
-    {label: 'Tombstoned', cell: (r) => h('span', null, (r.tombstoned || []).map((p) => h('span.tag.tombstoned', null, p)))},
+    {label: 'Tombstoned', cell: (r) => h('span', null,
+      (r.tombstoned || []).map((p) => h('span.tag.tombstoned', null, p)))},
   ], {key: (r) => `${r.lookupd}|${r.topic}`});
   known.el.id = 'lookup-topics';
   const inactive = h('ul.tree', {id: 'inactive-topics'});
@@ -38,7 +42,8 @@ export function mount(main, params, ctx) {
   if (ctx.config.is_admin) main.append(createForm(ctx));
 
   function deleteButton(what, path, text) {
-    const button = h('button.icon-btn.delete', {type: 'button', title: `Delete ${what}`, 'aria-label': `Delete ${what}`}, '✕');
+    const label = `Delete ${what}`;
+    const button = h('button.icon-btn.delete', {type: 'button', title: label, 'aria-label': label}, '✕');
     button.addEventListener('click', async () => {
       if (!(await confirmAction(`Delete ${what}`, text, 'Delete'))) return;
       await runAction(button, () => del(path), null, () => ctx.refreshNow());
@@ -77,8 +82,10 @@ export function mount(main, params, ctx) {
 
 /** The create topic/channel form. */
 function createForm(ctx) {
-  const topic = h('input', {type: 'text', name: 'topic', placeholder: 'Topic name', required: true, id: 'create-topic'});
-  const channel = h('input', {type: 'text', name: 'channel', placeholder: 'Channel name (optional)', id: 'create-channel'});
+  const topic = h('input', {type: 'text', name: 'topic', placeholder: 'Topic name', required: true,
+    id: 'create-topic'});
+  const channel = h('input', {type: 'text', name: 'channel', placeholder: 'Channel name (optional)',
+    id: 'create-channel'});
   const bar = actionBar();
   const submit = h('button.btn.btn-primary', {type: 'submit', id: 'create-submit'}, 'Create');
   const form = h('form.create', {id: 'create-form'},

@@ -55,7 +55,8 @@ export function mount(main, {node}, ctx) {
       topics.update(list);
       const chans = list.flatMap((t) => (t.channels || []).map((c) => ({...c, topic_name: t.topic_name})));
       channels.update(chans);
-      const cls = chans.flatMap((c) => (c.clients || []).map((cl) => ({...cl, topic_name: c.topic_name, channel_name: c.channel_name})));
+      const cls = chans.flatMap((c) => (c.clients || []).map(
+        (cl) => ({...cl, topic_name: c.topic_name, channel_name: c.channel_name})));
       clients.update(cls);
       topics.el.hidden = list.length === 0;
       noTopics.hidden = list.length > 0;

@@ -15,7 +15,8 @@ export function mount(main, params, ctx) {
   const table = new Table([
     {label: 'Hostname', cell: (p) => (p.failed ? h('span.host', null, p.node, ' ', badge('unreachable', 'error'),
       h('div.error-text', null, p.error)) : p.hostname)},
-    {label: 'Broadcast Address', cell: (p) => (p.failed ? '' : h('a.node', {href: url('/nodes', nodeName(p)), title: 'this broker\'s page'}, nodeName(p)))},
+    {label: 'Broadcast Address', cell: (p) => (p.failed ? ''
+      : h('a.node', {href: url('/nodes', nodeName(p)), title: 'this broker\'s page'}, nodeName(p)))},
     {label: 'TCP Port', cls: 'num', cell: (p) => (p.failed ? '' : p.tcp_port)},
     {label: 'HTTP Port', cls: 'num', cell: (p) => (p.failed ? '' : p.http_port)},
     {label: 'Version', cell: (p) => (p.failed ? '' : p.version)},

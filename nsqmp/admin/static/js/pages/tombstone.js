@@ -19,7 +19,8 @@ export function tombstoneButton(ctx, row, topic) {
   button.addEventListener('click', async (event) => {
     event.preventDefault();
     const ok = await confirmAction('Tombstone topic producer',
-      `Tombstone broker ${node} for topic "${topic}"? The lookupds stop listing it for this topic and the topic is deleted on that broker.`,
+      `Tombstone broker ${node} for topic "${topic}"? The lookupds stop listing it for this topic `
+        + 'and the topic is deleted on that broker.',
       'Tombstone');
     if (!ok) return;
     button.disabled = true;

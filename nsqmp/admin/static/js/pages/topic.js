@@ -21,7 +21,8 @@ export function mount(main, {topic}, ctx) {
   const channels = new Table([], {key: (c) => c.channel_name, rowClass: (c) => (c.paused ? 'paused' : '')});
   channels.el.id = 'topic-channels';
   const noProducers = notice('No broker has this topic. See Lookup for what the lookupds know.');
-  const noChannels = notice('No channels exist for this topic: messages queue at the topic until a channel is created.');
+  const noChannels = notice(
+    'No channels exist for this topic: messages queue at the topic until a channel is created.');
   const graphite = graphiteBlock(ctx.config, topic, '', ['depth', 'message_count']);
   main.append(header.el, bar.el, charts.el, graphite || '',
     section('Topic message queue', nodes.el, noProducers),
@@ -37,15 +38,18 @@ export function mount(main, {topic}, ctx) {
     const pauseVerb = isPaused ? 'Unpause' : 'Pause';
     bar.buttons.replaceChildren(
       actionButton('Empty Queue', 'warning', {action: 'empty', outcome: bar.outcome, after,
-        confirm: {title: 'Empty topic', verb: 'Empty', text: `Empty topic "${topic}" on every broker? Its queued messages are deleted.`},
+        confirm: {title: 'Empty topic', verb: 'Empty',
+          text: `Empty topic "${topic}" on every broker? Its queued messages are deleted.`},
         request: () => post(api, {action: 'empty'})}),
       actionButton('Delete Topic', 'danger', {action: 'delete', outcome: bar.outcome,
         after: () => ctx.navigate(url('/')),
-        confirm: {title: 'Delete topic', verb: 'Delete', text: `Delete topic "${topic}" and all its channels on every broker and lookupd?`},
+        confirm: {title: 'Delete topic', verb: 'Delete',
+          text: `Delete topic "${topic}" and all its channels on every broker and lookupd?`},
         request: () => del(api)}),
       actionButton(`${pauseVerb} Topic`, isPaused ? 'success' : 'primary', {action: isPaused ? 'unpause' : 'pause',
         outcome: bar.outcome, after,
-        confirm: isPaused ? null : {title: 'Pause topic', verb: 'Pause', text: `Pause topic "${topic}"? No channel receives its messages until it is unpaused.`},
+        confirm: isPaused ? null : {title: 'Pause topic', verb: 'Pause',
+          text: `Pause topic "${topic}"? No channel receives its messages until it is unpaused.`},
         request: () => post(api, {action: isPaused ? 'unpause' : 'pause'})}));
   }
 

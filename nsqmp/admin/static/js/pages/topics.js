@@ -16,8 +16,10 @@ export function mount(main) {
     {label: 'Depth', cls: 'num', cell: (t) => commafy(t.depth)},
     {label: 'Memory + Disk', cls: 'num', cell: (t) => `${commafy(t.memory_depth)} + ${commafy(t.backend_depth)}`},
     {label: 'Messages', cls: 'num', cell: (t) => commafy(t.message_count)},
-    {label: 'Publish /s', cls: 'num', title: 'messages published per second (admin samples)', cell: (t) => rate(t.publish_rate)},
-    {label: 'Delivery /s', cls: 'num', title: 'messages finished per second, all channels', cell: (t) => rate(t.delivery_rate)},
+    {label: 'Publish /s', cls: 'num', title: 'messages published per second (admin samples)',
+      cell: (t) => rate(t.publish_rate)},
+    {label: 'Delivery /s', cls: 'num', title: 'messages finished per second, all channels',
+      cell: (t) => rate(t.delivery_rate)},
     {label: 'Channels', cls: 'num', cell: (t) => commafy(t.channel_count)},
     {label: 'Brokers', cls: 'num', cell: (t) => commafy(t.node_count)},
   ], {key: (t) => t.topic_name, rowClass: (t) => (t.paused ? 'paused' : '')});

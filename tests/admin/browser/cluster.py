@@ -152,7 +152,8 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
     - on broker 0, channel "audit" of orders with the XSS user agent's consumer;
     - topic "events" on broker 1 only (channel "archive");
     - topic "flagged" on broker 0, channel "flags": pynsq readers with snappy, deflate and a
-      sample rate (FlaggedReaders).
+      sample rate (FlaggedReaders);
+    - the brokers report e2e processing latency p99 and p50.
     If any step fails, what was started is stopped before the error goes up.
     """
     root.mkdir(parents=True, exist_ok=True)
@@ -165,6 +166,8 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
         for n in range(2):
             brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1),
                                   "--acceptors", "1", "--routers", "1",
+                                  "--e2e-processing-latency-percentile", "0.99",
+                                  "--e2e-processing-latency-percentile", "0.5",
                                   "--lookupd-tcp-address", lookupd.tcp_address).start())
             daemons.insert(0, brokers[-1])  # stopped before the lookupd
         populate(brokers)

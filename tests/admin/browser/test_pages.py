@@ -4,6 +4,7 @@ numbers refresh in place, and a broker that does not answer shows on its own row
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 from urllib.parse import parse_qs, urlsplit
 
@@ -60,6 +61,18 @@ def test_topic_page_has_a_row_per_broker_and_per_channel(cluster, browser):
                               ("Deferred", "deferred_count")]:
             assert number(row[column]) == sum(c[field] for c in cs), (name, column)
         assert number(row["Connections"]) == sum(len(c["clients"]) for c in cs)
+
+
+def test_e2e_latency_percentiles_when_the_brokers_report_them(cluster, browser):
+    open_page(browser, cluster.admin, "/topics/orders")
+    stats = channel_stats(cluster.brokers, "orders", "billing")
+    quantiles = sorted({p["quantile"] for c in stats for p in c["e2e_processing_latency"]["percentiles"] or []})
+    assert quantiles == [0.5, 0.99]
+    billing = by_first(table(browser, "topic-channels"), "Channel")["billing"]
+    for label in ("p99", "p50"):
+        assert re.fullmatch(r"[\d.]+(ns|us|ms|s)|\d+m \d+s", billing[label]), billing
+    groups = browser.find_element(By.CSS_SELECTOR, "#topic-channels thead tr.groups").text
+    assert "E2E processing latency" in groups
 
 
 def test_channel_page_lists_every_client_with_its_fields(cluster, browser):

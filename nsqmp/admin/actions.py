@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from nsqmp.admin.cluster import AllFailed, Cluster, Errors, PeerError, producer_http_address
+from nsqmp.admin.cluster import AllFailed, Cluster, Errors, producer_http_address
 from nsqmp.admin.server import CLUSTER, OPTS, error, is_admin, reply, upstream
 
 log = logging.getLogger("nsqmp.admin")
@@ -183,10 +183,7 @@ async def h_tombstone(request: web.Request) -> web.Response:
         return error(400, "INVALID_TOPIC")
     cluster, errors = request.app[CLUSTER], Errors()
     await cluster.post_all(cluster.lookupds, "topic/tombstone", f"topic={quote(topic)}&node={quote(node)}", errors)
-    try:
-        await cluster.post_all([node], "topic/delete", f"topic={quote(topic)}", errors)
-    except PeerError as exc:
-        errors.add(node, str(exc))
+    await cluster.post_all([node], "topic/delete", f"topic={quote(topic)}", errors)
     notify(request, "tombstone_topic_producer", topic, "", node)
     return _answer(errors)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import quote, urlencode
 
+import aiohttp
 from aiohttp import web
 
 from nsqmp.admin import stats as S
@@ -187,7 +188,22 @@ async def h_graphite(request: web.Request) -> web.Response:
     return reply({"rate": "N/A" if rate is None or rate < 0 else f"{rate / interval:.2f}"})
 
 
-def add_routes(router: web.UrlDispatcher, base: str) -> None:
+async def h_render(request: web.Request) -> web.Response:
+    """GET /render (with --proxy-graphite): nsqadmin's reverse proxy to Graphite's /render."""
+    opts = request.app[OPTS]
+    url = f"{opts.graphite_url.rstrip('/')}/render?{request.query_string}"
+    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+    session = request.app[CLUSTER].session
+    try:
+        async with session.get(url, headers=headers) as resp:
+            body = await resp.read()
+            return web.Response(status=resp.status, body=body,
+                                content_type=resp.content_type or "application/octet-stream")
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        return error(502, f"UPSTREAM_ERROR: {exc}")
+
+
+def add_routes(router: web.UrlDispatcher, base: str, proxy_graphite: bool = False) -> None:
     """The read routes under the base path."""
     router.add_get(base + "/api/topics/{topic}", h_topic)
     router.add_get(base + "/api/topics/{topic}/{channel}", h_channel)
@@ -197,3 +213,5 @@ def add_routes(router: web.UrlDispatcher, base: str) -> None:
     router.add_get(base + "/api/graphite", h_graphite)
     router.add_get(base + "/api/stats/topics", h_topic_stats)
     router.add_get(base + "/api/lookup", h_lookup)
+    if proxy_graphite:
+        router.add_get(base + "/render", h_render)

@@ -8,6 +8,8 @@ which node failed so the UI can mark its row).
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +19,23 @@ import aiohttp
 import orjson
 
 from nsqmp.admin import stats as S
+
+
+def _libc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def give_back_memory() -> None:
+    """glibc keeps the heap pages of freed big /stats answers (its mmap threshold grows with
+    them); malloc_trim returns them, so the admin's RSS stays near its live data."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 class AllFailed(Exception):
@@ -75,18 +94,22 @@ class Cluster:
     """The brokers and lookupds one admin watches, and nsqadmin's ways of asking them."""
 
     def __init__(self, session: aiohttp.ClientSession, lookupds: list[str], nsqds: list[str],
-                 timeout: float = 5.0) -> None:
+                 timeout: aiohttp.ClientTimeout | None = None) -> None:
         self.session = session
         self.lookupds = list(lookupds)
         self.nsqds = list(nsqds)
-        self.timeout = timeout
+        self.timeout = timeout or aiohttp.ClientTimeout(total=5.0, sock_connect=2.0)
+        # whole-broker /stats answers in flight at once (all requests together): each is a few
+        # MB read then parsed, so this bounds the admin's peak memory on a big cluster; the
+        # parsing is serial in this one thread anyway, so little latency is lost
+        self.big = asyncio.Semaphore(3)
 
     # -- one request ------------------------------------------------------------------------
     async def get(self, url: str) -> Any:
         """GET a V1 JSON answer; unwraps pre-1.0 nsqd's {"status_code", "data"} envelope."""
         try:
             async with self.session.get(url, headers={"Accept": "application/vnd.nsq; version=1.0"},
-                                        timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+                                        timeout=self.timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise PeerError(f"got response {resp.status} {resp.reason} {body.decode(errors='replace')!r}")
@@ -106,7 +129,7 @@ class Cluster:
         """POST with an empty body (nsqd's and nsqlookupd's action endpoints)."""
         try:
             async with self.session.post(url, headers={"Accept": "application/vnd.nsq; version=1.0"},
-                                         timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+                                         timeout=self.timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     raise PeerError(f"got response {resp.status} {resp.reason} {body.decode(errors='replace')!r}")
@@ -140,10 +163,14 @@ class Cluster:
             got = await self._fan(self.lookupds, lambda a: self.get(f"http://{a}/topics"), errors, "nsqlookupd")
             return sorted({t for r in got for t in (r.get("topics") or ())})
         async def names(addr: str) -> list[str]:  # cut at once: one parsed /stats alive at a time
-            raw = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false")
+            async with self.big:
+                raw = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false")
             return [t["topic_name"] for t in raw.get("topics") or ()]
 
-        got = await self._fan(self.nsqds, names, errors, "nsqd")
+        try:
+            got = await self._fan(self.nsqds, names, errors, "nsqd")
+        finally:
+            give_back_memory()
         return sorted({name for part in got for name in part})
 
     async def lookupd_topic_channels(self, topic: str, errors: Errors) -> list[str]:
@@ -201,8 +228,10 @@ class Cluster:
                 info = await self.get(f"http://{addr}/info")
             names: list[str] = []
             if topics or topic is not None:
-                st = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false{q}")
+                async with self.big:
+                    st = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false{q}")
                 names = [t["topic_name"] for t in st.get("topics") or ()]
+                del st
             if topic is not None:
                 if topic not in names:
                     return None
@@ -248,9 +277,15 @@ class Cluster:
                     url += "&channel=" + quote(channel)
             if not clients:
                 url += "&include_clients=false&include_mem=false"
-            return reduce(await self.get(url), addr, p.get("hostname", ""))
+            async with self.big:
+                raw = await self.get(url)
+            return reduce(raw, addr, p.get("hostname", ""))
 
-        return await self._fan(producers, one, errors, "nsqd", producer_http_address)
+        try:
+            return await self._fan(producers, one, errors, "nsqd", producer_http_address)
+        finally:
+            if len(producers) > 1 or not topic:  # a whole cluster's or node's /stats
+                give_back_memory()
 
     # -- actions ----------------------------------------------------------------------------
     async def post_all(self, addrs: list[str], uri: str, qs: str, errors: Errors) -> None:

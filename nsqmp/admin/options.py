@@ -89,12 +89,12 @@ def build_parser(prog: str = "nsqmp admin") -> argparse.ArgumentParser:
         flag = _flag(name)
         if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             parser.add_argument(flag, dest=f.name, action="append", default=[], metavar="ADDR",
-                                help=_HELP[f.name])
+                                help=_HELP[f.name].replace("%", "%%"))
         elif isinstance(f.default, bool):
-            parser.add_argument(flag, dest=f.name, action="store_true", help=_HELP[f.name])
+            parser.add_argument(flag, dest=f.name, action="store_true", help=_HELP[f.name].replace("%", "%%"))
         else:
             parser.add_argument(flag, dest=f.name, type=type(f.default), default=f.default,
-                                help=f"{_HELP[f.name]} (default {f.default!r})")
+                                help=f"{_HELP[f.name]} (default {f.default!r})".replace("%", "%%"))
     return parser
 
 

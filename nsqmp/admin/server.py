@@ -136,10 +136,13 @@ async def h_topics(request: web.Request) -> web.Response:
         topics = await cluster.topics(errors)
         if request.query.get("inactive") == "true":
             inactive: dict[str, list[str]] = {}
-            if cluster.lookupds:
-                for name in topics:
-                    if not await cluster.topic_producers(name, Errors()):
-                        inactive[name] = await cluster.lookupd_topic_channels(name, Errors())
+            if cluster.lookupds:  # nsqadmin asks topic by topic; we ask them all at once
+                found = await asyncio.gather(*(cluster.topic_producers(n, Errors()) for n in topics),
+                                             return_exceptions=True)
+                orphans = [n for n, p in zip(topics, found) if not p or isinstance(p, AllFailed)]
+                chans = await asyncio.gather(*(cluster.lookupd_topic_channels(n, Errors()) for n in orphans),
+                                             return_exceptions=True)
+                inactive = {n: c if isinstance(c, list) else [] for n, c in zip(orphans, chans)}
             return reply(with_errors({"topics": inactive}, errors))
     except AllFailed as exc:
         return upstream(exc)
@@ -159,20 +162,17 @@ def routes(app: web.Application, base: str) -> None:
     r.add_static(base + "/static", STATIC_DIR, follow_symlinks=False)
     r.add_get(base + "/api/config", h_config)
     r.add_get(base + "/api/topics", h_topics)
-    api.add_routes(r, base)
+    api.add_routes(r, base, app[OPTS].proxy_graphite)
     actions.add_routes(r, base)
     history.add_routes(r, base)
 
 
 async def _start_session(app: web.Application) -> None:
     opts = app[OPTS]
-    connector = aiohttp.TCPConnector(limit=64, ttl_dns_cache=60)
-    session = aiohttp.ClientSession(
-        connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(),
-        timeout=aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
-                                      sock_connect=opts.http_client_connect_timeout))
-    app[CLUSTER] = Cluster(session, opts.lookupd_http_addresses, opts.nsqd_http_addresses,
-                           opts.http_client_request_timeout)
+    timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
+                                    sock_connect=opts.http_client_connect_timeout)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, ttl_dns_cache=60), timeout=timeout)
+    app[CLUSTER] = Cluster(session, opts.lookupd_http_addresses, opts.nsqd_http_addresses, timeout)
 
 
 async def _close_session(app: web.Application) -> None:

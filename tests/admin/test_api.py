@@ -143,3 +143,22 @@ def test_history_rates_and_depth(cluster, make_admin):
     listed = admin.get("/api/stats/topics")["topics"][0]
     assert listed["publish_rate"] is not None
     assert admin.get("/api/history/topics/nope")["ts"] == []
+
+
+def test_a_slow_broker_is_marked_and_the_page_still_answers(cluster, make_admin):
+    import socket
+
+    b0, _ = cluster.brokers
+    _publish(b0, "slowpoke", 2)
+    with socket.socket() as silent:  # accepts connections (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        slow = f"127.0.0.1:{silent.getsockname()[1]}"
+        admin = make_admin("--nsqd-http-address", cluster.nsqd_http(0), "--nsqd-http-address", slow,
+                           "--http-client-request-timeout", "1")
+        t0 = time.monotonic()
+        got = admin.get("/api/topics/slowpoke")
+        assert time.monotonic() - t0 < 5
+        assert got["message_count"] == 2
+        (err,) = got["errors"]
+        assert err["node"] == slow and "Client.Timeout exceeded" in err["error"]

@@ -58,3 +58,11 @@ def test_go_command_line_and_config_file_serve(cluster, make_admin, tmp_path):
     assert "-dev-static-dir: accepted for nsqadmin compatibility and ignored" in admin.log_text()
     flagged = make_admin(f"-lookupd-http-address={cluster.lookupd_http}", go=True)
     assert flagged.get("/api/topics")["message"] == ""
+
+
+def test_nsqmp_admin_help_and_errors():
+    done = subprocess.run([sys.executable, "-m", "nsqmp", "admin", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "--lookupd-http-address" in done.stdout and "stats.gauges.%s" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "nsqmp", "admin"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--nsqd-http-address or --lookupd-http-address required" in done.stderr

@@ -35,6 +35,8 @@ def test_every_import_and_asset_exists_and_every_module_is_used():
             assert resolved.is_file(), f"{path.relative_to(STATIC)} imports missing {target}"
             imported.add(resolved)
     assert {p.resolve() for p in SCRIPTS} == {p.resolve() for p in imported}, "a module nothing imports"
+    preloaded = set(re.findall(r'rel="modulepreload" href="__NSQMP_BASE_PATH__/static/([^"]+)"', html))
+    assert preloaded | {"js/app.js"} == {str(p.relative_to(STATIC)) for p in SCRIPTS}, "index.html preloads them all"
 
 
 def test_no_file_is_minified_or_large():

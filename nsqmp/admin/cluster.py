@@ -75,6 +75,11 @@ def _go_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _bad_status(status: int, reason: str | None, body: bytes) -> str:
+    """Go's http_api client wording: got response 404 Not Found "<body, %q-quoted>"."""
+    return f"got response {status} {reason or ''} {orjson.dumps(body.decode(errors='replace')).decode()}"
+
+
 def producer_http_address(p: dict) -> str:
     """Producer.HTTPAddress: broadcast_address:http_port (brackets for IPv6)."""
     host = p.get("broadcast_address", "")
@@ -112,7 +117,7 @@ class Cluster:
                                         timeout=self.timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise PeerError(f"got response {resp.status} {resp.reason} {body.decode(errors='replace')!r}")
+                    raise PeerError(_bad_status(resp.status, resp.reason, body))
         except PeerError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -132,7 +137,7 @@ class Cluster:
                                          timeout=self.timeout) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    raise PeerError(f"got response {resp.status} {resp.reason} {body.decode(errors='replace')!r}")
+                    raise PeerError(_bad_status(resp.status, resp.reason, body))
         except PeerError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:

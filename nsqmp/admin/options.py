@@ -29,6 +29,7 @@ class AdminOptions:
     history_window: float = 3600.0
     refresh_interval: float = 5.0
     csrf_token: str = ""
+    allow_config_from_cidr: str = "127.0.0.1/8"
     log_level: str = "info"
     log_prefix: str = "[nsqadmin] "
 
@@ -73,6 +74,7 @@ _HELP = {
     "history_interval": "seconds between two samples of the cluster for the charts (nsqmp)",
     "history_window": "seconds of samples kept for the charts (nsqmp)",
     "refresh_interval": "seconds between two polls of a page's numbers in the UI (nsqmp)",
+    "allow_config_from_cidr": "a CIDR from which to allow HTTP requests to the /config endpoint",
     "csrf_token": "the CSRF token mutating requests must carry (default: random per process) (nsqmp)",
     "log_level": "log level: debug, info, warn, error or fatal",
     "log_prefix": "log message prefix",

@@ -110,8 +110,8 @@ def empty_channel(topic: str, channel: str) -> dict:
 
 
 def empty_topic(topic: str) -> dict:
-    """The cluster-wide TopicStats before any node is added."""
-    return {"node": "*", "hostname": "", "topic_name": topic, **{k: 0 for k in _TOPIC_SUMS},
+    """The cluster-wide TopicStats before any node is added ("node" becomes "*" with the first)."""
+    return {"node": "", "hostname": "", "topic_name": topic, **{k: 0 for k in _TOPIC_SUMS},
             "nodes": None, "channels": None, "paused": False, "e2e_processing_latency": None}
 
 

@@ -156,3 +156,25 @@ def test_base_path_pages_static_and_api(cluster, make_admin):
     assert admin.request("GET", "/ops/nsq/ping")[1] == b"OK"
     # no broker has topic t: nothing to pause, nothing failed (as nsqadmin)
     assert admin.act("POST", "/api/topics/t", {"action": "pause"}, base="/ops/nsq") == (200, {"message": ""})
+
+
+def test_config_endpoint_as_nsqadmin(cluster, make_admin, tmp_path):
+    admin = make_admin("--nsqd-http-address", cluster.nsqd_http(0), "--statsd-interval", "30")
+    assert admin.get("/config/log_level") == 2  # lg.INFO
+    assert admin.get("/config/statsd_interval") == 30_000_000_000  # a Go time.Duration
+    assert admin.get("/config/nsqd_http_addresses") == [cluster.nsqd_http(0)]
+    status, raw, _ = admin.request("GET", "/config/bogus")
+    assert (status, orjson.loads(raw)) == (400, {"message": "INVALID_OPTION"})
+    # a script's PUT (no CSRF token, as nsqadmin's scripts send none)
+    status, raw, _ = admin.request("PUT", "/config/log_level", b"debug")
+    assert (status, orjson.loads(raw)) == (200, 1)
+    status, raw, _ = admin.request("PUT", "/config/nsqlookupd_http_addresses",
+                                   orjson.dumps([cluster.lookupd_http]))
+    assert status == 200 and orjson.loads(raw) == [cluster.lookupd_http]
+    wait_for(lambda: admin.get("/api/nodes")["nodes"], what="nodes through the lookupd set at run time")
+    status, _, _ = admin.request("PUT", "/config/log_level", b"debug", {"Origin": "http://evil.example"})
+    assert status == 403
+    status, _, _ = admin.request("PUT", "/config/http_address", b"x")
+    assert status == 400
+    outsider = make_admin("--nsqd-http-address", cluster.nsqd_http(0), "--allow-config-from-cidr", "10.0.0.0/8")
+    assert outsider.request("GET", "/config/log_level")[0] == 403

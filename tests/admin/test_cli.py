@@ -39,7 +39,8 @@ def test_every_nsqadmin_flag_parses():
     assert opts.lookupd_http_addresses == ["127.0.0.1:4161", "127.0.0.1:4162"]
     assert opts.admin_users == ["alice", "bob"] and opts.proxy_graphite and opts.statsd_interval == 30
     assert opts.http_client_request_timeout == 0.25 and opts.log_level == "warn"
-    assert len(ignored) == 6 and all("ignored" in line for line in ignored)
+    assert len(ignored) == 5 and all("ignored" in line for line in ignored)
+    assert opts.allow_config_from_cidr == "10.0.0.0/8"
     assert {f.name for f in gocli.FLAGS} >= {
         "config", "version", "log-level", "log-prefix", "verbose", "http-address", "base-path", "dev-static-dir",
         "graphite-url", "proxy-graphite", "statsd-counter-format", "statsd-gauge-format", "statsd-prefix",

@@ -152,7 +152,7 @@ def test_same_answers_as_go_nsqadmin_and_actions_on_real_nsqd(nsq_cluster):
     try:
         for path in ("/api/topics", "/api/topics?inactive=true", "/api/topics/orders/billing",
                      "/api/topics/orders/nochan", "/api/nodes", f"/api/nodes/127.0.0.1:{h0}",
-                     "/api/nodes/1.2.3.4:5", "/api/counter", "/api/topics/orders"):
+                     "/api/nodes/1.2.3.4:5", "/api/counter", "/api/topics/nothere", "/api/topics/orders"):
             gs, go = _http(nsq_cluster["go"], "GET", path)
             status, mine = _http(ours.port, "GET", path)
             assert status == gs, path
@@ -168,6 +168,11 @@ def test_same_answers_as_go_nsqadmin_and_actions_on_real_nsqd(nsq_cluster):
             assert diff(go, mine) == [], path
     finally:
         c.close()
+
+    for opt in ("log_level", "nsqlookupd_http_addresses", "nsqd_http_addresses", "statsd_interval",
+                "http_client_request_timeout", "base_path", "acl_http_header", "admin_users", "graphite_url",
+                "allow_config_from_cidr", "bogus"):
+        assert _http(ours.port, "GET", f"/config/{opt}") == _http(nsq_cluster["go"], "GET", f"/config/{opt}"), opt
 
     headers = {"X-NSQMP-CSRF-Token": ours.token(), "Content-Type": "application/json"}
     assert _http(ours.port, "POST", "/api/topics/orders/billing", b'{"action": "pause"}', headers) == (

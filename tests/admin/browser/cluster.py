@@ -1,5 +1,5 @@
-"""A real cluster for the admin's browser tests: one lookupd, two nsqmp brokers
-registered with it, real publishers and consumers (nsqmp.client), and the admin started
+"""A real cluster for the admin's browser tests: one lookupd, two nsqmp brokers (or NSQ's
+nsqd and nsqlookupd 1.3.0) registered with it, real publishers and consumers (nsqmp.client), and the admin started
 as `nsqmp admin` behind a base path. Also run by hand to look at the UI:
 ``python -m tests.admin.browser.cluster`` prints the admin's URL and waits.
 """
@@ -18,6 +18,7 @@ from nsqmp.client import Connection, wire
 from nsqmp.launcher import Broker
 from nsqmp.lookupd.launcher import Lookupd
 from tests.admin.adminproc import Admin as AdminProcess
+from tests.admin.browser.godaemons import GoLookupd, GoNsqd
 
 BASE_PATH = "/ops/nsq"  # the UI must work behind a prefix
 XSS_AGENT = "<img src=x onerror=alert(1)>"
@@ -145,7 +146,7 @@ def http_post(broker: Broker, path: str) -> None:
     assert status == 200, (path, status, body)
 
 
-def start_cluster(root: Path, *admin_args: str) -> Cluster:
+def start_cluster(root: Path, *admin_args: str, nsq: str = "nsqmp") -> Cluster:
     """The cluster of the browser tests, in a known state:
     - topic "orders" on both brokers, channel "billing" on both, 30 + 20 messages; on each
       broker one consumer of billing has taken 10 and finished 6 (4 in flight);
@@ -154,21 +155,18 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
     - topic "flagged" on broker 0, channel "flags": pynsq readers with snappy, deflate and a
       sample rate (FlaggedReaders);
     - the brokers report e2e processing latency p99 and p50.
+    nsq="nsqd": the same with NSQ's nsqd and nsqlookupd 1.3.0 (tests/admin/browser/godaemons.py).
     If any step fails, what was started is stopped before the error goes up.
     """
     root.mkdir(parents=True, exist_ok=True)
     daemons: list = []
     clients: list = []
     try:
-        lookupd = Lookupd("-broadcast-address=127.0.0.1", log_path=root / "lookupd.log").start()
+        lookupd = new_lookupd(nsq, root)
         daemons.append(lookupd)
         brokers = []
         for n in range(2):
-            brokers.append(Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1),
-                                  "--acceptors", "1", "--routers", "1",
-                                  "--e2e-processing-latency-percentile", "0.99",
-                                  "--e2e-processing-latency-percentile", "0.5",
-                                  "--lookupd-tcp-address", lookupd.tcp_address).start())
+            brokers.append(new_broker(nsq, root, n, lookupd))
             daemons.insert(0, brokers[-1])  # stopped before the lookupd
         populate(brokers)
         for n, b in enumerate(brokers):
@@ -188,6 +186,24 @@ def start_cluster(root: Path, *admin_args: str) -> Cluster:
                 d.stop()
         raise
     return Cluster(lookupd, brokers, admin, clients, flagged)
+
+
+def new_lookupd(nsq: str, root: Path):
+    """A started lookupd: nsqmp's, or nsqlookupd 1.3.0 for nsq="nsqd"."""
+    if nsq == "nsqd":
+        return GoLookupd(log_path=root / "lookupd.log").start()
+    return Lookupd("-broadcast-address=127.0.0.1", log_path=root / "lookupd.log").start()
+
+
+def new_broker(nsq: str, root: Path, n: int, lookupd):
+    """Started broker n (node id n + 1, e2e p99 and p50) registered with lookupd."""
+    if nsq == "nsqd":
+        return GoNsqd(root / f"data{n}", f"-node-id={n + 1}", "-e2e-processing-latency-percentile=0.99,0.5",
+                      f"-lookupd-tcp-address={lookupd.tcp_address}", log_path=root / f"data{n}.log").start()
+    return Broker(root / f"data{n}", "--broadcast-address", "127.0.0.1", "--node-id", str(n + 1),
+                  "--acceptors", "1", "--routers", "1",
+                  "--e2e-processing-latency-percentile", "0.99", "--e2e-processing-latency-percentile", "0.5",
+                  "--lookupd-tcp-address", lookupd.tcp_address).start()
 
 
 def populate(brokers: list[Broker]) -> None:

@@ -7,17 +7,20 @@ import shutil
 import pytest
 
 from tests.admin.browser.cluster import start_cluster
+from tests.admin.browser.godaemons import have_go_nsq
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """The cluster of cluster.start_cluster; the admin samples and the pages poll every
-    second, and a broker that has not answered in 1 s counts as failed."""
-    c = start_cluster(tmp_path_factory.mktemp("admin-cluster"), "--history-interval", "1",
-                      "--refresh-interval", "1", "--http-client-request-timeout", "1")
+@pytest.fixture(scope="module", params=["nsqmp", pytest.param("nsqd", marks=pytest.mark.skipif(
+    not have_go_nsq(), reason="nsqd/nsqlookupd 1.3.0 not found ($NSQ_BIN or PATH)"))])
+def cluster(request, tmp_path_factory):
+    """The cluster of cluster.start_cluster, on nsqmp and (where the Go binaries are) on NSQ's
+    nsqd and nsqlookupd; the admin samples and the pages poll every second, and a broker that
+    has not answered in 1 s counts as failed."""
+    c = start_cluster(tmp_path_factory.mktemp(f"admin-cluster-{request.param}"), "--history-interval", "1",
+                      "--refresh-interval", "1", "--http-client-request-timeout", "1", nsq=request.param)
     yield c
     failures = c.stop()
     assert not failures, failures

@@ -67,7 +67,8 @@ def _http(port: int, method: str, path: str, body: bytes | None = None,
 
 
 def diff(go, ours, path: str = "") -> list[str]:
-    """Field-by-field differences (lists of objects matched by channel/node/topic name)."""
+    """Field-by-field differences (lists of objects matched by channel/node/topic name or port:
+    Go orders equal hostnames as its answers or map iteration happen to come)."""
     out: list[str] = []
     if isinstance(go, dict) and isinstance(ours, dict):
         for k in sorted(set(go) | set(ours)):
@@ -80,7 +81,7 @@ def diff(go, ours, path: str = "") -> list[str]:
             else:
                 out += diff(go[k], ours[k], f"{path}.{k}")
     elif isinstance(go, list) and isinstance(ours, list):
-        for key in ("channel_name", "node", "topic_name", "topic"):
+        for key in ("channel_name", "node", "topic_name", "topic", "tcp_port"):
             if go and ours and all(isinstance(x, dict) and key in x for x in go + ours) and len(
                     {x[key] for x in go}) == len(go):
                 go, ours = sorted(go, key=lambda x: str(x[key])), sorted(ours, key=lambda x: str(x[key]))

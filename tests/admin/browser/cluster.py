@@ -175,6 +175,7 @@ def start_cluster(root: Path, *admin_args: str, nsq: str = "nsqmp") -> Cluster:
         clients.append(Consumer(brokers[0], "orders", "audit", client_id="audit-0", user_agent=XSS_AGENT,
                                 take=2, finish=1))
         flagged = FlaggedReaders(brokers[0], "flagged", "flags")
+        wait_clients(brokers[0], "flagged", "flags", len(FlaggedReaders.KINDS))
         wait_registered(lookupd, {"orders": 2, "events": 1, "flagged": 1})
         admin = Admin(root / "admin.log", "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN,
                       "--lookupd-http-address", lookupd.http_address, *admin_args).start()
@@ -222,6 +223,19 @@ def populate(brokers: list[Broker]) -> None:
             pub.mpub("orders", [f"order {i}".encode() for i in range(count)])
             if b is brokers[1]:
                 pub.mpub("events", [b"e"] * 5)
+
+
+def wait_clients(broker, topic: str, channel: str, count: int, timeout: float = 20.0) -> None:
+    """Until `count` clients are subscribed to topic/channel on broker."""
+    def subscribed() -> int:
+        return sum(len(c["clients"]) for t in broker.stats(topic=topic)["topics"] for c in t["channels"]
+                   if c["channel_name"] == channel)
+
+    deadline = time.monotonic() + timeout
+    while subscribed() != count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{subscribed()} clients on {topic}/{channel}, want {count}")
+        time.sleep(0.05)
 
 
 def wait_registered(lookupd: Lookupd, want: dict[str, int], timeout: float = 10.0) -> None:

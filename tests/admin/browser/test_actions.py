@@ -93,7 +93,8 @@ def test_create_a_topic_and_channel_then_delete_them_as_inactive(cluster, browse
     browser.find_element(By.ID, "create-channel").send_keys("workers")
     browser.find_element(By.ID, "create-submit").click()
     wait_for(lambda: "planned" in cluster.lookupd.get("/topics")["topics"], what="planned on the lookupd")
-    assert cluster.lookupd.get("/channels?topic=planned")["channels"] == ["workers"]
+    wait_for(lambda: cluster.lookupd.get("/channels?topic=planned")["channels"] == ["workers"],
+             what="workers on the lookupd (created after its topic)")
     # no broker produces it: the lookup page lists it as inactive, with delete buttons
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#inactive-topics li[data-topic='planned']"),
              what="planned among the inactive topics")

@@ -133,6 +133,7 @@ async function pollOnce(page, generation) {
   document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
 }
 
+/** The top bar's indicator: green with the last good poll's time, or "stale". */
 function setLive(ok) {
   const live = document.getElementById('live');
   live.className = ok ? 'live ok' : 'live stale';
@@ -156,6 +157,7 @@ function refreshNow() {
   poll(state.generation);
 }
 
+/** Links inside the app navigate without a reload (a modified or middle click does not). */
 function onClick(event) {
   const a = event.target.closest('a');
   if (!a || event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey ||
@@ -167,6 +169,7 @@ function onClick(event) {
   if (a.href !== window.location.href) navigate(a.href);
 }
 
+/** Boot: the top bar, the admin's config (is_admin, lookupds, poll interval), the first page. */
 async function start() {
   document.body.prepend(navBar());
   try {

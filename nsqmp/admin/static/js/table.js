@@ -66,6 +66,7 @@ export class Table {
     this.renderFoot(footRows);
   }
 
+  /** The total rows at the bottom (reused like the body's, by position). */
   renderFoot(footRows) {
     while (this.tfoot.children.length > footRows.length) this.tfoot.lastChild.remove();
     footRows.forEach((row, i) => {

@@ -98,28 +98,31 @@ def test_watcher_whose_holder_is_already_dead_dies_at_once():
     """A child that starts watching after its supervisor died (killed during the fork)
     finds the mutex marked OWNER_DIED and goes at once."""
     line = Lifeline(1)
-    r, w = os.pipe()
+    report_r, report_w = os.pipe()  # holder -> test: the watcher's pid
+    gate_r, gate_w = os.pipe()  # EOF for the watcher once the holder is dead
     holder = os.fork()
     if holder == 0:
+        os.close(report_r)
         line.hold()
         pid = os.fork()
         if pid == 0:
-            os.close(w)
-            os.read(r, 1)  # EOF once the holder is gone (its end) and the test closed its own
+            os.close(gate_w)
+            os.close(report_w)
+            os.read(gate_r, 1)
             line.watch(0, [])
             while True:
                 time.sleep(60)
-        os.write(w, f"{pid}".encode().ljust(16))
-        time.sleep(60)
-        os._exit(0)
-    os.close(w)
-    pid = int(os.read(r, 16).decode().strip())
+        os.write(report_w, f"{pid}\n".encode())
+        while True:
+            time.sleep(60)
+    os.close(report_w)
+    os.close(gate_r)
+    with os.fdopen(report_r, "rb") as f:
+        pid = int(f.readline())
     fd = os.pidfd_open(pid)
     os.kill(holder, signal.SIGKILL)
     os.waitpid(holder, 0)
-    os.close(r)
-    # the holder's write end died with it and the test's is closed: the watcher reads EOF,
-    # starts watching a mutex whose owner is dead, and goes
+    os.close(gate_w)  # the holder's copy died with it: the watcher starts watching now
     ready, _, _ = select.select([fd], [], [], 5)
     os.close(fd)
     if not ready:

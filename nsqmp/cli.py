@@ -125,11 +125,15 @@ def cmd_check_config(argv: list[str]) -> int:
 
 def cmd_bench(argv: list[str]) -> int:
     if not argv or argv[0] not in ("writer", "reader", "latency", "ring", "heap", "parser", "inflight", "timer",
-                                   "answers", "suite", "tuning", "backlog", "floor"):
-        print("usage: nsqmp bench {writer,reader,latency,timer,answers,suite,tuning,backlog,floor,ring,heap,"
-              "parser,inflight} "
+                                   "answers", "suite", "tuning", "backlog", "floor", "death"):
+        print("usage: nsqmp bench {writer,reader,latency,timer,answers,suite,tuning,backlog,floor,death,ring,"
+              "heap,parser,inflight} "
               "[options]", file=sys.stderr)
         return 2
+    if argv[0] == "death":
+        from nsqmp.bench import death
+
+        return death.main(argv[1:]) or 0
     if argv[0] == "floor":
         from nsqmp.bench import floor
 

@@ -220,7 +220,7 @@ def run(args) -> dict:
         lookupd.stop()
         shutil.rmtree(work, ignore_errors=True)
     keys = PROBES + tuple(k + "_ended" for k in PROBES) + ("supervisor_gone", "all_gone")
-    return {"target": args.nsqd or "nsqmp", "load": args.load, "tries": len(tries),
+    return {"target": args.nsqd or f"nsqmp {args.nsqmp_path or ''}".strip(), "load": args.load, "tries": len(tries),
             "orphans": sum(t["orphans"] for t in tries),
             **{k: percentiles([t[k] for t in tries]) for k in keys}}
 
@@ -244,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", type=int, default=0, help="busy-loop processes running meanwhile")
     p.add_argument("--nsqd", help="path of an nsqd binary to measure instead of nsqmp")
     p.add_argument("--flag", action="append", default=[], help="one more broker flag (repeatable)")
+    p.add_argument("--nsqmp-path", help="run the broker from this source tree (PYTHONPATH), e.g. an "
+                                        "older checkout to compare with")
     p.add_argument("--json", action="store_true", help="one JSON line instead of the table")
     args = p.parse_args(argv)
+    if args.nsqmp_path:
+        os.environ["PYTHONPATH"] = args.nsqmp_path  # the brokers' (this process has imported its own)
     r = run(args)
     print(orjson.dumps(r).decode() if args.json else _report(r))
     return 0

@@ -15,6 +15,7 @@ A benchmark, never a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import select
@@ -206,11 +207,9 @@ def run(args) -> dict:
         for i in range(args.tries):
             data = work / f"data-{i}"
             if args.nsqd:
-                def make():
-                    return Nsqd(args.nsqd, data, *flags, log_path=work / "broker.log")
+                make = functools.partial(Nsqd, args.nsqd, data, *flags, log_path=work / "broker.log")
             else:
-                def make():
-                    return Broker(data, *flags, log_path=work / "broker.log")
+                make = functools.partial(Broker, data, *flags, log_path=work / "broker.log")
             tries.append(one_try(make, lookupd, ctx))
             shutil.rmtree(data, ignore_errors=True)
     finally:
@@ -249,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON line instead of the table")
     args = p.parse_args(argv)
     if args.nsqmp_path:
-        os.environ["PYTHONPATH"] = args.nsqmp_path  # the brokers' (this process has imported its own)
+        # the brokers' (this process has imported its own); `python -m` puts the working
+        # directory first on the path, so it must be that tree too
+        os.environ["PYTHONPATH"] = args.nsqmp_path
+        os.chdir(args.nsqmp_path)
     r = run(args)
     print(orjson.dumps(r).decode() if args.json else _report(r))
     return 0

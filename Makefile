@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-test
 RUN_STAMP = $(VENV)/.installed
-NATIVE  = $(wildcard native/*.c native/*.h native/bench/*.c)
+NATIVE  = $(wildcard native/*.c native/*.h native/bench/*.c native/lifeline/*.c)
 # nsqjs for the client-compatibility tests (tests/compat/js): pinned by package-lock.json
 JS_DIR   = tests/compat/js
 JS_STAMP = $(JS_DIR)/node_modules/.installed
@@ -62,4 +62,4 @@ example-config: $(RUN_STAMP)
 	$(BIN)/python -m nsqmp.config.example > deploy/nsqmp.toml.example
 
 clean:
-	rm -rf build *.egg-info nsqmp/_native*.so nsqmp/bench/_client*.so
+	rm -rf build *.egg-info nsqmp/_native*.so nsqmp/bench/_client*.so nsqmp/supervisor/_lifeline*.so

@@ -16,6 +16,12 @@ setup(
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=c11"],
         ),
         Extension(
+            # the supervisor's death, known to its children before its memory is freed
+            "nsqmp.supervisor._lifeline",
+            sources=["native/lifeline/lifeline.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11", "-pthread"],
+        ),
+        Extension(
             "nsqmp.bench._client",
             sources=["native/bench/client.c"],
             depends=["native/layouts.h"],

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import platform
 import sys
 
 from nsqmp import utils
@@ -41,6 +40,9 @@ def _log_ignored(ns: argparse.Namespace, opts) -> None:
 
 
 def cmd_serve(argv: list[str]) -> int:
+    if _wants_version(argv):
+        print(nsqd_version())
+        return 0
     parser = build_parser("nsqmp serve", "Run the broker (nsqd-compatible) on this machine.")
     try:
         ns = parser.parse_args(argv)
@@ -62,23 +64,21 @@ _NSQD_DEFAULTS = ["--tcp-address", "0.0.0.0:4150", "--http-address", "0.0.0.0:41
 
 
 def nsqd_version() -> str:
+    """nsqd's --version line, as nsqmp says it (nsqmp/version.py): ``nsqd v1.3.0 (built
+    w/nsqmp-0.1.0-python3.11.7)``; `nsqmp --version` and `nsqmp serve --version` print it too."""
     from nsqmp.acceptor.identify import VERSION
+    from nsqmp.version import version_line
 
-    return f"nsqd v{VERSION} (built w/nsqmp {_package_version()}, python{platform.python_version()})"
+    return version_line("nsqd", VERSION)
 
 
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("nsqmp")
-    except PackageNotFoundError:
-        return "dev"
+def _wants_version(argv: list[str]) -> bool:
+    return any(a in ("-version", "--version") for a in argv)
 
 
 def cmd_nsqd(argv: list[str]) -> int:
     """nsqd's command line, verbatim: Go flag syntax, nsqd's defaults and log lines."""
-    if any(a in ("-version", "--version") for a in argv):
+    if _wants_version(argv):
         print(nsqd_version())
         return 0
     parser = build_parser("nsqd", "nsqmp, started with nsqd's command line.", nsqd=True)
@@ -174,6 +174,9 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-version", "--version"):
+        print(nsqd_version())
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         asked = bool(argv) and argv[0] in ("-h", "--help")
         print(usage(), file=sys.stdout if asked else sys.stderr)

@@ -99,7 +99,7 @@ class Broker(Daemon):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log_text()
-            if "nsqmp ready" in text:
+            if self._ready(text):
                 for kind, _host, port in _LISTEN.findall(text):
                     if kind == "TCP":
                         self.tcp_port = int(port)
@@ -112,6 +112,10 @@ class Broker(Daemon):
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker did not start in {timeout}s:\n{self.log_text()}")
+
+    def _ready(self, text: str) -> bool:
+        """The supervisor's line once every child announced READY."""
+        return "nsqmp ready" in text
 
     # -- processes ------------------------------------------------------------------------
     def children(self) -> dict[str, int]:
@@ -165,3 +169,28 @@ class Broker(Daemon):
             if time.monotonic() > deadline:
                 raise TimeoutError("/ping did not answer OK")
             time.sleep(0.05)
+
+
+class Nsqd(Broker):
+    """A real nsqd binary at ``program``, started with the same flags as the broker (the
+    benchmarks that report nsqd's figure beside ours). Ready once it logged both ports
+    and answers /ping."""
+
+    def __init__(self, program: str, data_path: Path, *args: str, log_path: Path | None = None) -> None:
+        super().__init__(data_path, *args, log_path=log_path)
+        self.program = program
+
+    def command(self) -> list[str]:
+        self.data_path.mkdir(parents=True, exist_ok=True)  # nsqd does not create it
+        flags = super().command()[4:]  # what follows "python -m nsqmp serve"
+        return [self.program] + flags
+
+    def _ready(self, text: str) -> bool:
+        ports = {kind: int(port) for kind, _host, port in _LISTEN.findall(text)}
+        if len(ports) < 2:
+            return False
+        self.http_port = ports["HTTP"]
+        try:
+            return self.http("GET", "/ping", timeout=1.0)[0] == 200
+        except OSError:
+            return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import signal
 from collections.abc import Callable
 
@@ -25,13 +26,19 @@ BEAT_INTERVAL = 0.25
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL us if the supervisor dies without stopping us."""
+def die_with_parent(parent: int = 0) -> None:
+    """Ask the kernel to SIGKILL us if the supervisor dies without stopping us.
+
+    Called first thing after fork. The request covers only a parent still alive when it
+    is made: if the supervisor (pid ``parent``) died between our fork and this call, we
+    were already handed to another parent and no signal will ever come, so exit at once."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+    if parent and os.getppid() != parent:
+        os._exit(1)
 
 
 class Role:
@@ -58,9 +65,6 @@ class Role:
         self.handlers: dict[int, Callable[[int, bytes], None]] = {}
 
     def run(self) -> int:
-        import os
-
-        die_with_parent()
         setproctitle.setproctitle(self.title)
         memstats.install()
         if self.slice_ns:

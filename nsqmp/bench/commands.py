@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "timer": ("timer", "how late in-flight timeouts and deferred (DPUB) deliveries fire, end to end"),
     "answers": ("answers", "the broker's CPU per million FIN, TOUCH and REQ"),
     "backlog": ("backlog", "the memory a queued backlog costs the broker, and the time to recover it"),
+    "death": ("death", "how fast a SIGKILLed broker stops listening and leaves its lookupds; orphans (--nsqd: nsqd's)"),
     "floor": ("floor", "the round trip of writer PUB against a server that only answers OK (no broker)"),
     "tuning": ("tuning", "each tuning knob's effect on two suite workloads, one knob at a time"),
     "ring": ("ring", "the shared-memory ring between two processes: records/s, syscalls per record"),

@@ -16,13 +16,8 @@ VERSION = "1.3.0"  # the nsqlookupd version we answer as (/info, IDENTIFY, --ver
 
 
 def version_string() -> str:
-    """``nsqlookupd v1.3.0 (built w/nsqmp 0.1.0, python3.11.9)``: nsqlookupd's format, so
-    tools that parse ``nsqlookupd v<version>`` keep working."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
+    """``nsqlookupd v1.3.0 (built w/nsqmp-0.1.0-python3.11.9)``: nsqlookupd's format, so
+    tools and test harnesses that parse nsqlookupd's --version keep working."""
+    from nsqmp.version import version_line
 
-    try:
-        ours = version("nsqmp")
-    except PackageNotFoundError:
-        ours = "dev"
-    return f"nsqlookupd v{VERSION} (built w/nsqmp {ours}, python{platform.python_version()})"
+    return version_line("nsqlookupd", VERSION)

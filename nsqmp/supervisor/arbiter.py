@@ -23,8 +23,6 @@ the supervisor has no ring to send them one; SIGCHLD wakes the loop.
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import select
@@ -35,11 +33,16 @@ from dataclasses import dataclass
 
 import setproctitle
 
+from nsqmp import sched
 from nsqmp.acceptor.role import Acceptor
 from nsqmp.ipc import control, mesh, shm
 from nsqmp.ipc.doorbell import Doorbell
+from nsqmp.roles import die_with_parent
 from nsqmp.router.role import Router
+from nsqmp.supervisor.datalock import LockError, lock_data_path
+from nsqmp.supervisor.lifeline import Lifeline
 from nsqmp.supervisor.listeners import ListenError, bind_group
+from nsqmp.supervisor.notify import Notifier
 from nsqmp.timer.role import Timer
 
 log = logging.getLogger("nsqmp.supervisor")
@@ -87,10 +90,15 @@ class Supervisor:
         self.shm_names: list[str] = []
         self.exit_code = 0
         self.booted = False
+        self.pid = os.getpid()  # what each child checks getppid() against right after fork
+        self.notifier = Notifier()
 
     # -- start -------------------------------------------------------------------------
     def run(self) -> int:
         setproctitle.setproctitle("nsqmp supervisor")
+        # it sleeps nearly always; a short slice gets a SIGKILLed supervisor onto a core
+        # (to die, and so to wake its children's lifeline watchers) without waiting
+        sched.set_slice(sched.MIN_SLICE_NS)
         try:
             self._prepare()
         except BootError as exc:
@@ -111,16 +119,27 @@ class Supervisor:
     def _prepare(self) -> None:
         opts = self.opts
         shm.remove_stale()
-        self._lock_data_path(opts.data_path)
         try:
-            self.tcp_socks = bind_group("TCP", opts.tcp_address, opts.acceptors)
-            self.http_socks = bind_group("HTTP", opts.http_address, opts.acceptors) if opts.http_address else []
-            # nsqd listens for HTTPS only when it has a certificate
-            tls = bool(opts.tls_cert and opts.tls_key and opts.https_address)
-            self.https_socks = bind_group("HTTPS", opts.https_address, opts.acceptors) if tls else []
-        except ListenError as exc:
+            self._lock_fd, waited = lock_data_path(opts.data_path)
+        except LockError as exc:
             raise BootError(str(exc)) from None
+        if waited:
+            log.info("waited for the processes of a killed nsqmp to let the data path go")
+            shm.remove_stale()  # theirs: their supervisor is gone, and now its children too
+        # after waiting, a dead broker's listener may close a moment after its lock did
+        deadline = time.monotonic() + (1.0 if waited else 0.0)
+        while True:
+            try:
+                self._bind(opts)
+                break
+            except BootError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
         self.plan = mesh.Plan(os.getpid(), opts.acceptors, opts.routers, opts.ring_size)
+        # before the first fork: every child inherits it (see lifeline.py)
+        self.lifeline = Lifeline(self.plan.slots)
+        self.lifeline.hold()
         self._check_shm_space()
         try:
             self.shm_names = mesh.create_all(self.plan)
@@ -154,22 +173,16 @@ class Supervisor:
                 f"({len(self.plan.ring_names())} rings of {self.opts.ring_size >> 20} MiB): "
                 "enlarge it (docker run --shm-size) or lower --ring-size, --acceptors or --routers")
 
-    def _lock_data_path(self, path: str) -> None:
+    def _bind(self, opts) -> None:
+        """The listening sockets of every acceptor slot, bound once for the broker's life."""
         try:
-            os.makedirs(path, exist_ok=True)
-            probe = os.path.join(path, ".nsqmp-write-test")
-            with open(probe, "w") as f:
-                f.write("ok")
-            os.unlink(probe)
-            self._lock_fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise BootError(f"data path {path!r} is not writable: {exc.strerror}") from None
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise BootError(f"data path {path!r} is in use by another nsqmp or nsqd") from None
-            raise BootError(f"cannot lock data path {path!r}: {exc.strerror}") from None
+            self.tcp_socks = bind_group("TCP", opts.tcp_address, opts.acceptors)
+            self.http_socks = bind_group("HTTP", opts.http_address, opts.acceptors) if opts.http_address else []
+            # nsqd listens for HTTPS only when it has a certificate
+            tls = bool(opts.tls_cert and opts.tls_key and opts.https_address)
+            self.https_socks = bind_group("HTTPS", opts.https_address, opts.acceptors) if tls else []
+        except ListenError as exc:
+            raise BootError(str(exc)) from None
 
     def _queue_signal(self, signum, frame) -> None:
         self.signals.append(signum)
@@ -193,6 +206,7 @@ class Supervisor:
         self._wait_ready(front)
         self.booted = True
         log.info("nsqmp ready: %d acceptors, %d routers, 1 timer", plan.acceptors, plan.routers)
+        self.notifier.ready(f"serving: {plan.acceptors} acceptors, {plan.routers} routers, 1 timer")
 
     def _wait_ready(self, children: list[Child]) -> None:
         deadline = time.monotonic() + BOOT_TIMEOUT
@@ -206,6 +220,7 @@ class Supervisor:
             if not pending:
                 return
             self._spawn_due()
+            self.notifier.beat()
             if time.monotonic() > deadline:
                 names = ", ".join(self.children[s].name for s in sorted(pending))
                 raise BootError(f"{names} did not start within {BOOT_TIMEOUT:.0f}s")
@@ -233,10 +248,13 @@ class Supervisor:
         if pid == 0:  # child
             code = 0
             try:
+                die_with_parent(self.pid)  # first: the supervisor may die at any instant
+                sched.set_slice(0)  # the default slice again (the role asks for its own)
                 signal.set_wakeup_fd(-1)
                 os.close(self.wakeup_r)
                 os.close(self.wakeup_w)
-                self._close_foreign_sockets(child)
+                self.notifier.close()
+                self.lifeline.watch(child.slot, self._listener_fds())
                 code = role.run()
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
@@ -253,17 +271,12 @@ class Supervisor:
         self.by_pid[pid] = child
         log.info("spawned %s (pid %d, generation %d)", child.name, pid, child.generation)
 
-    def _close_foreign_sockets(self, child: Child) -> None:
-        keep = set()
-        if child.kind == "acceptor":
-            keep.add(self.tcp_socks[child.index].fileno())
-            if self.http_socks:
-                keep.add(self.http_socks[child.index].fileno())
-            if self.https_socks:
-                keep.add(self.https_socks[child.index].fileno())
-        for s in self.tcp_socks + self.http_socks + self.https_socks:
-            if s.fileno() not in keep:
-                s.close()
+    def _listener_fds(self) -> list[int]:
+        """Every listening socket of the broker. Each child keeps them all (only its own
+        acceptor slot's are served): whichever child's lifeline watcher runs first after
+        the supervisor died shuts every one of them down, so one slow child cannot keep
+        the port answering."""
+        return [s.fileno() for s in self.tcp_socks + self.http_socks + self.https_socks]
 
     def _reap(self) -> None:
         while True:
@@ -334,7 +347,7 @@ class Supervisor:
     def _loop(self) -> None:
         while not self.stopping:
             try:
-                select.select([self.wakeup_r], [], [], self._next_wake())
+                select.select([self.wakeup_r], [], [], self.notifier.wait_limit(self._next_wake()))
             except InterruptedError:
                 pass
             try:
@@ -354,11 +367,13 @@ class Supervisor:
             self._reap()
             self._spawn_due()
             self._check_heartbeats()
+            self.notifier.beat()
 
     def _stop_children(self) -> None:
         """Acceptors first (they stop taking traffic), then routers, then the timer; a
         pending respawn is cancelled."""
         self.stopping = True
+        self.notifier.stopping()
         for child in self.children.values():
             child.respawn_at = 0.0
         for kinds in (("acceptor",), ("router", "timer")):
@@ -371,6 +386,7 @@ class Supervisor:
             deadline = time.monotonic() + STOP_TIMEOUT
             while any(c.pid for c in group) and time.monotonic() < deadline:
                 self._reap()
+                self.notifier.beat()
                 time.sleep(0.02)
             for c in group:
                 if c.pid:

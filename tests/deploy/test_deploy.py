@@ -118,7 +118,9 @@ def test_unit_runs_the_broker_as_documented():
     unit = _unit(UNIT.read_text())
     service = unit["Service"]
     assert _one(service, "ExecStart") == EXEC_START
-    assert _one(service, "Type") in ("simple", "exec")
+    # READY=1 once every acceptor serves, STOPPING=1, WATCHDOG=1 (issue 20; tests/supervisor/test_notify.py)
+    assert _one(service, "Type") == "notify"
+    assert _one(service, "NotifyAccess") == "main"
     assert _one(service, "Restart") == "on-failure"
     # config errors exit 2 (nsqmp/cli.py): restarting cannot fix them
     assert _one(service, "RestartPreventExitStatus") == "2"

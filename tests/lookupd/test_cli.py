@@ -82,7 +82,7 @@ def test_config_file_then_flags(tmp_path):
 def test_version_in_nsqlookupds_format():
     out = run("-version")
     assert out.returncode == 0 and out.stderr == ""
-    assert re.fullmatch(r"nsqlookupd v1\.3\.0 \(built w/nsqmp \S+, python3\.\d+\.\d+\)\n", out.stdout), out.stdout
+    assert re.fullmatch(r"nsqlookupd v1\.3\.0 \(built w/nsqmp-[a-z0-9.-]+-python3\.\d+\.\d+\)\n", out.stdout), out.stdout
     assert run("--version").stdout == out.stdout
     assert run("-version", "-config=/nonexistent").returncode == 0  # as nsqlookupd: version first
 

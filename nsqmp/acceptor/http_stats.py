@@ -8,6 +8,7 @@ import orjson
 from nsqmp.acceptor.http_request import JSON, TEXT, Request, check_params
 from nsqmp.acceptor.identify import VERSION
 from nsqmp.memstats import FIELDS as MEMORY_FIELDS
+from nsqmp.version import version_line
 
 
 async def h_stats(server, req: Request):
@@ -61,7 +62,7 @@ def _bool_param(value: str | None, default: bool) -> bool:
 def render_text(stats: dict, now: float) -> str:
     """/stats in nsqd's text format (its printStats and ClientV2Stats.String, line by line)."""
     start = stats["start_time"]
-    out = [f"nsqd v{VERSION} (built w/nsqmp)\n",
+    out = [version_line("nsqd", VERSION) + "\n",
            f"start_time {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))}\n",
            f"uptime {go_duration(max(0.0, now - start))}\n",
            f"\nHealth: {stats['health']}\n"]

@@ -104,9 +104,9 @@ class HelpRequested(Exception):
 
 def version_string() -> str:
     """nsqadmin's version line, built with nsqmp instead of a Go toolchain."""
-    from nsqmp.admin.server import nsqmp_version
+    from nsqmp.version import version_line
 
-    return f"nsqadmin v{NSQADMIN_VERSION} (built w/nsqmp-{nsqmp_version()})"
+    return version_line("nsqadmin", NSQADMIN_VERSION)
 
 
 def _value(flag: Flag, text: str) -> Any:

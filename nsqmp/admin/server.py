@@ -37,12 +37,9 @@ TOKEN: web.AppKey[str] = web.AppKey("csrf_token", str)
 
 def nsqmp_version() -> str:
     """The installed nsqmp's version ("dev" from a source tree)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from nsqmp.version import package_version
 
-    try:
-        return version("nsqmp")
-    except PackageNotFoundError:
-        return "dev"
+    return package_version()
 
 
 # -- answers ---------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """/stats text format: nsqd's printStats and ClientV2Stats.String(), line by line."""
 from __future__ import annotations
 
+from nsqmp.version import version_line
 from nsqmp.acceptor.http_stats import go_duration, render_text
 from nsqmp.memstats import FIELDS
 
@@ -38,7 +39,7 @@ def test_the_whole_page_as_nsqd_prints_it():
     text = render_text(stats, now=3_725.5)
     memory = "".join(f"   {name:<25}\t{i}\n" for i, name in enumerate(FIELDS))
     assert text == (
-        "nsqd v1.3.0 (built w/nsqmp)\n"
+        f"{version_line('nsqd')}\n"
         "start_time 1970-01-01T00:00:00Z\n"
         "uptime 1h2m5.5s\n"
         "\nHealth: OK\n"
@@ -60,7 +61,8 @@ def test_the_whole_page_as_nsqd_prints_it():
 def test_nothing_to_show():
     text = render_text({"start_time": 0, "health": "NOK - failed to write to disk: No space left on device",
                         "topics": None, "producers": None}, now=0.25)
-    assert text == ("nsqd v1.3.0 (built w/nsqmp)\nstart_time 1970-01-01T00:00:00Z\nuptime 250ms\n"
+    assert text == (f"{version_line('nsqd')}\n"
+                    "start_time 1970-01-01T00:00:00Z\nuptime 250ms\n"
                     "\nHealth: NOK - failed to write to disk: No space left on device\n"
                     "\nTopics: None\n\nProducers: None\n")
 

@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,9 +141,15 @@ static void wake_others(struct watch *w)
 static void *watch_main(void *arg)
 {
     struct watch *w = arg;
-    /* a short slice, once used, waits behind every runnable task's longer one: the work
-     * below must fit in one (it does: a few syscalls per socket) */
-    ask_short_slice();
+    /* Woken, this thread must run now, not when a busy core's slice ends: as a real-time
+     * (SCHED_FIFO) thread it preempts every ordinary task, the dying supervisor's teardown
+     * included (it blocks until then and its work is a few syscalls per socket, so it
+     * cannot hog a core). That takes CAP_SYS_NICE (root, or AmbientCapabilities= in the
+     * unit); without it, the shortest EEVDF slice: a short slice, once used, waits behind
+     * every runnable task's longer one, so the work must fit in one (it does). */
+    struct sched_param rt = {.sched_priority = 1};
+    if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &rt) != 0)
+        ask_short_slice();
     int rc = pthread_mutex_lock(w->mutex);
     if (rc != 0 && rc != EOWNERDEAD)
         return NULL; /* cannot watch: PR_SET_PDEATHSIG still ends us, later */

@@ -68,7 +68,8 @@ class Heartbeat:
             self.expire()
             return
         conn = self.conn
-        conn.write(HEARTBEAT_FRAME)
+        if conn.waiting_for != "TLS":  # nothing in the clear before the handshake (nsqd's waits too)
+            conn.write(HEARTBEAT_FRAME)
         self.arm()
         interval = conn.settings.heartbeat_interval_ms / 1000
         due = conn.last_read + 2 * interval - time.monotonic()

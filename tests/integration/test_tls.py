@@ -115,3 +115,25 @@ def test_https_listener_and_tls_required_http(make_broker, cert):
 
 def test_no_https_listener_without_a_certificate(broker):
     assert "HTTPS: listening" not in broker.log_text()
+
+
+def test_no_heartbeat_in_the_clear_while_the_client_has_not_started_tls(make_broker, cert):
+    """Between IDENTIFY's answer and the TLS handshake nothing may be written in the clear
+    (nsqd's heartbeat waits for the handshake): a heartbeat there would be read as the
+    start of the server's TLS records."""
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1])
+    raw = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
+    raw.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, "tls_v1": True,
+                                            "heartbeat_interval": 1000}))
+    ((ftype, body),) = _frames(raw, wire.FrameReader())
+    assert orjson.loads(body)["tls_v1"] is True
+    raw.settimeout(2.5)  # two heartbeat intervals, inside the 5 s handshake deadline
+    with pytest.raises(TimeoutError):
+        raw.recv(65536)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    raw.settimeout(10)
+    tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    assert _frames(tls, wire.FrameReader()) == [(wire.FRAME_RESPONSE, b"OK")]
+    tls.close()

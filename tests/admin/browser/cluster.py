@@ -94,6 +94,10 @@ class FlaggedReaders:
     def _run(self, address: str, topic: str, channel: str, started: threading.Event) -> None:
         import nsq
 
+        from tests.pynsq_shim import patch_compressed_reads
+
+        patch_compressed_reads()  # pynsq #258: a read ending inside a compressed frame drops it
+
         async def create() -> None:
             for kind, opts in self.KINDS.items():
                 self.readers.append(nsq.Reader(topic, channel, lambda m: True, nsqd_tcp_addresses=[address],
@@ -175,8 +179,7 @@ def start_cluster(root: Path, *admin_args: str, nsq: str = "nsqmp") -> Cluster:
         clients.append(Consumer(brokers[0], "orders", "audit", client_id="audit-0", user_agent=XSS_AGENT,
                                 take=2, finish=1))
         flagged = FlaggedReaders(brokers[0], "flagged", "flags")
-        # pynsq sometimes fails the snappy/deflate upgrade (IntegrityError) and reconnects 15 s later
-        wait_clients(brokers[0], "flagged", "flags", len(FlaggedReaders.KINDS), timeout=40.0)
+        wait_clients(brokers[0], "flagged", "flags", len(FlaggedReaders.KINDS))
         wait_registered(lookupd, {"orders": 2, "events": 1, "flagged": 1})
         admin = Admin(root / "admin.log", "--base-path", BASE_PATH, "--csrf-token", CSRF_TOKEN,
                       "--lookupd-http-address", lookupd.http_address, *admin_args).start()

@@ -131,7 +131,7 @@ class Cluster:
         # whole-broker /stats answers in flight at once (all requests together): each is a few
         # MB read then parsed, so this bounds the admin's peak memory on a big cluster; the
         # parsing is serial in this one thread anyway, so little latency is lost
-        self.big = asyncio.Semaphore(3)
+        self.big = asyncio.Semaphore(2)
         # bumped by every POST to a peer (an action): gatherings begun before are stale (gather.py)
         self.generation = 0
 

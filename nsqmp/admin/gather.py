@@ -5,12 +5,12 @@ need the same thing: each broker's whole /stats, a few MB of JSON that parses in
 dicts per broker at 1,000 topics x 10 channels. Gathering it once for all of them is what
 keeps the admin fast and small on a big cluster:
 
-- each broker's answer is cut to compact tuples (`compact`) as soon as it is parsed, so one
+- each broker's answer is cut to flat arrays (`NodeTopics`) as soon as it is parsed, so one
   parsed /stats is the most held at a time; names are interned, so ten brokers' "c00" are
   one string;
 - concurrent callers share one gathering in flight (`Gatherer.snapshot`), and a finished one
   is reused for `max_age` seconds (the page's poll right after the sampler's, a navigation
-  right after a poll);
+  right after a poll), then let go;
 - every POST the admin sends to a peer (an action) bumps `Cluster.generation`: a gathering
   begun before it is never handed to a caller after it, so an action's effect shows at once.
 """
@@ -19,39 +19,52 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from array import array
 from dataclasses import dataclass, field
 
 from nsqmp.admin.cluster import Cluster, Errors
 
-# one broker's channel: (name, depth, message_count, left) where left = message_count - depth
-# - in_flight - deferred (the messages done with: the sampler's delivery counter)
-Channel = tuple[str, int, int, int]
-# one broker's topic: (name, depth, backend_depth, message_count, paused, channels)
-Topic = tuple[str, int, int, int, bool, list[Channel]]
+class NodeTopics:
+    """One broker's topics and channels as flat arrays (no object per channel: a tenth of the
+    parsed dicts' memory, and nothing pinning the allocator's arenas between gatherings).
+
+    Topic i: `names[i]`, `tvals[4i:4i+4]` = depth, backend_depth, message_count, paused, its
+    channels `cend[i-1]:cend[i]` (0 for i = 0). Channel j: `cnames[j]`, `cvals[3j:3j+3]` =
+    depth, message_count, left (message_count - depth - in_flight - deferred: the messages
+    done with, the sampler's delivery counter). Names are interned: ten brokers' "c00" are one
+    string.
+    """
+
+    __slots__ = ("names", "tvals", "cend", "cnames", "cvals")
+
+    def __init__(self, raw: dict) -> None:
+        intern = sys.intern
+        names: list[str] = []
+        cnames: list[str] = []
+        tvals, cend, cvals = array("q"), array("q"), array("q")
+        # every channel of every broker: appends only, no function call of ours per channel
+        for t in raw.get("topics") or ():
+            names.append(intern(t.get("topic_name", "")))
+            tvals.extend((t.get("depth", 0), t.get("backend_depth", 0), t.get("message_count", 0),
+                          1 if t.get("paused") else 0))
+            for c in t.get("channels") or ():
+                cnames.append(intern(c.get("channel_name", "")))
+                mc, depth = c.get("message_count", 0), c.get("depth", 0)
+                cvals.extend((depth, mc, mc - depth - c.get("in_flight_count", 0) - c.get("deferred_count", 0)))
+            cend.append(len(cnames))
+        self.names, self.tvals, self.cend, self.cnames, self.cvals = names, tvals, cend, cnames, cvals
 
 
-def compact(raw: dict) -> list[Topic]:
-    """One broker's /stats as `Topic` tuples (names interned): what the topic list and the
-    history need, a tenth of the parsed dicts' memory."""
-    # per channel of every broker: plain tuple building, no per-channel function call
-    intern = sys.intern
-    out: list[Topic] = []
-    for t in raw.get("topics") or ():
-        chans = []
-        for c in t.get("channels") or ():
-            mc, depth = c.get("message_count", 0), c.get("depth", 0)
-            chans.append((intern(c.get("channel_name", "")), depth, mc,
-                          mc - depth - c.get("in_flight_count", 0) - c.get("deferred_count", 0)))
-        out.append((intern(t.get("topic_name", "")), t.get("depth", 0), t.get("backend_depth", 0),
-                    t.get("message_count", 0), bool(t.get("paused")), chans))
-    return out
+def compact(raw: dict) -> NodeTopics:
+    """One broker's /stats cut to what the topic list and the history need."""
+    return NodeTopics(raw)
 
 
 @dataclass
 class Snapshot:
     """One gathering: per broker (node, when its answer was parsed (epoch s), its topics)."""
 
-    nodes: list[tuple[str, float, list[Topic]]]
+    nodes: list[tuple[str, float, NodeTopics]]
     errors: Errors
     started: float  # the event loop's clock when the gathering began
     generation: int  # Cluster.generation when it began
@@ -70,11 +83,13 @@ class Snapshot:
 
 
 def topic_summaries(parts) -> dict[str, dict]:
-    """Per-topic totals over every broker's `Topic` list (no per-node rows, no clients)."""
+    """Per-topic totals over every broker's `NodeTopics` (no per-node rows, no clients)."""
     out: dict[str, dict] = {}
     names: dict[str, set] = {}
     for part in parts:
-        for name, depth, backend, count, paused, channels in part:
+        tvals, cend, cnames, start = part.tvals, part.cend, part.cnames, 0
+        for i, name in enumerate(part.names):
+            depth, backend, count, paused = tvals[4 * i:4 * i + 4]
             t = out.get(name)
             if t is None:
                 t = out[name] = {"topic_name": name, "depth": 0, "memory_depth": 0, "backend_depth": 0,
@@ -85,8 +100,9 @@ def topic_summaries(parts) -> dict[str, dict]:
             t["backend_depth"] += backend
             t["message_count"] += count
             t["node_count"] += 1
-            t["paused"] = t["paused"] or paused
-            names[name].update(c[0] for c in channels)
+            t["paused"] = t["paused"] or bool(paused)
+            names[name].update(cnames[start:cend[i]])
+            start = cend[i]
     for name, t in out.items():
         t["channel_count"] = len(names[name])
     return out
@@ -102,7 +118,7 @@ class Gatherer:
         self._task_generation = -1
 
     async def snapshot(self, max_age: float = 1.0) -> Snapshot:
-        """A gathering begun at most `max_age` s ago and after the last action, else the one in
+        """A gathering begun at most `max_age` s (<= 1) ago and after the last action, else the one in
         flight (if begun after the last action), else a new one. Raises AllFailed."""
         loop = asyncio.get_running_loop()
         generation = self.cluster.generation
@@ -122,14 +138,21 @@ class Gatherer:
         errors, started = Errors(), loop.time()
         producers = await self.cluster.producers(errors, topics=False)
 
-        def cut(raw: dict, addr: str, hostname: str) -> tuple[str, float, list[Topic]]:
+        def cut(raw: dict, addr: str, hostname: str) -> tuple[str, float, NodeTopics]:
             return addr, time.time(), compact(raw)
 
         nodes = await self.cluster.node_reduce(producers, cut, errors)
         snap = Snapshot(nodes, errors, started, generation)
         if self.cluster.generation == generation:
             self._last = snap
+            # no caller takes it after max_age (1 s at most): let it go rather than hold every
+            # broker's numbers until the next gathering
+            loop.call_later(1.0, self._expire, snap)
         return snap
+
+    def _expire(self, snap: Snapshot) -> None:
+        if self._last is snap:
+            self._last = None
 
 
 def _retrieve(task: asyncio.Task) -> None:

@@ -23,7 +23,7 @@ from array import array
 from aiohttp import web
 
 from nsqmp.admin.cluster import AllFailed
-from nsqmp.admin.gather import Gatherer, Topic, compact
+from nsqmp.admin.gather import Gatherer, NodeTopics, compact
 
 log = logging.getLogger("nsqmp.admin")
 
@@ -98,15 +98,16 @@ class Sampler:
         """Add one broker's /stats (taken at `now`) to the sample being built."""
         self.fold_topics(node, compact(raw), now)
 
-    def fold_topics(self, node: str, topics: list[Topic], now: float) -> None:
-        """Add one broker's topics (gather.compact, taken at `now`) to the sample being built:
-        depths summed, rates from this broker's counter deltas since its previous sample."""
+    def fold_topics(self, node: str, topics: NodeTopics, now: float) -> None:
+        """Add one broker's topics (gather.NodeTopics, taken at `now`) to the sample being
+        built: depths summed, rates from this broker's counter deltas since its previous sample."""
         counts, lefts, then = self._prev.get(node, (array("q"), array("q"), None))
         dt = now - then if then is not None and now > then else 0.0
         self._rated = self._rated or bool(dt)
-        series = self.series
+        series, tvals, cend, cnames, cvals = self.series, topics.tvals, topics.cend, topics.cnames, topics.cvals
+        start = 0
         # one pass over every channel of every broker: lookups inlined, no call per channel
-        for name, depth, _backend, mc, _paused, chans in topics:
+        for i, name in enumerate(topics.names):
             s = series.get(name) or self._new(name, 4)
             tv = s.tick
             if tv is None:
@@ -114,12 +115,14 @@ class Sampler:
             tn = s.number
             if tn >= len(counts):
                 self._grow(counts, lefts)
-            tv[DEPTH] += depth
+            mc = tvals[4 * i + 2]
+            tv[DEPTH] += tvals[4 * i]
             if dt and 0 <= counts[tn] <= mc:
                 tv[PUBLISH] += (mc - counts[tn]) / dt
             counts[tn] = mc
-            for cname, cdepth, cmc, left in chans:
-                key = (name, cname)
+            end = cend[i]
+            for j in range(start, end):
+                key = (name, cnames[j])
                 c = series.get(key) or self._new(key, 3)
                 cv = c.tick
                 if cv is None:
@@ -127,6 +130,7 @@ class Sampler:
                 cn = c.number
                 if cn >= len(counts):
                     self._grow(counts, lefts)
+                cdepth, cmc, left = cvals[3 * j:3 * j + 3]
                 cv[DEPTH] += cdepth
                 tv[CHANNELS_DEPTH] += cdepth
                 if dt and 0 <= counts[cn] <= cmc:
@@ -136,6 +140,7 @@ class Sampler:
                     cv[DELIVERY] += rate
                     tv[DELIVERY] += rate
                 counts[cn], lefts[cn] = cmc, left
+            start = end
         self._prev[node] = (counts, lefts, now)
 
     def begin(self) -> None:

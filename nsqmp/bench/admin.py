@@ -121,9 +121,12 @@ def _rss_kib(pid: int) -> tuple[int, int]:
     return grab("VmRSS"), grab("VmHWM")
 
 
-def _start_admin(addrs: list[str], log: Path, interval: float) -> tuple[subprocess.Popen, int]:
+def _start_admin(addrs: list[str], log: Path, interval: float,
+                 window: float | None = None) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "nsqmp", "admin", "--http-address", "127.0.0.1:0",
            "--history-interval", str(interval), "--http-client-request-timeout", "30"]
+    if window is not None:
+        cmd += ["--history-window", str(window)]
     for a in addrs:
         cmd += ["--nsqd-http-address", a]
     out = open(log, "wb")

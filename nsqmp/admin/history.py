@@ -7,8 +7,9 @@ depth), each value stored as round(log1p(v) x 2370), which keeps 0.05 % relative
 to 10^12 (a chart's needs) in 2 bytes; 0xFFFF marks "not sampled". At the defaults (10 s, 1 h:
 360 slots), 1,000 topics x 10 channels take about 25 MB whatever the number of brokers, since
 brokers are summed before storing. A broker's previous counters are kept in flat int64 arrays by
-series number (16 bytes per series per broker). Each broker's /stats is folded in as soon as it
-is parsed, so one parsed /stats is the most the sampler holds. A series unseen for a whole window
+series number (16 bytes per series per broker). The sampler takes the brokers' numbers from the
+shared gathering (gather.py: the topic list's, when under a second old), already cut to flat
+arrays, and folds them in one pass without a call per channel. A series unseen for a whole window
 is dropped and its number reused, so topic churn does not grow the rings. Rates come from
 per-broker counter deltas: a broker restarting (its counters going backwards) adds 0 for that step.
 """

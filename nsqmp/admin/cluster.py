@@ -104,6 +104,25 @@ def _bad_status(status: int, reason: str | None, body: bytes) -> str:
     return f"got response {status} {reason or ''} {orjson.dumps(body.decode(errors='replace')).decode()}"
 
 
+async def _read(resp: aiohttp.ClientResponse) -> bytes | bytearray:
+    """The body, read into one buffer of its Content-Length: resp.read() keeps the chunks and
+    then joins them, twice a broker's few-MB /stats at the peak."""
+    size = resp.content_length
+    if not size:
+        return await resp.read()
+    buf = bytearray(size)
+    view, pos = memoryview(buf), 0
+    async for chunk in resp.content.iter_any():
+        if pos + len(chunk) > size:
+            raise aiohttp.ClientPayloadError("body longer than its Content-Length")
+        view[pos:pos + len(chunk)] = chunk
+        pos += len(chunk)
+    view.release()
+    if pos != size:
+        raise aiohttp.ClientPayloadError("body shorter than its Content-Length")
+    return buf
+
+
 def producer_http_address(p: dict) -> str:
     """Producer.HTTPAddress: broadcast_address:http_port (brackets for IPv6)."""
     host = p.get("broadcast_address", "")
@@ -136,18 +155,21 @@ class Cluster:
         self.generation = 0
 
     # -- one request ------------------------------------------------------------------------
-    async def get(self, url: str) -> Any:
-        """GET a V1 JSON answer; unwraps pre-1.0 nsqd's {"status_code", "data"} envelope."""
+    async def get(self, url: str, parse: bool = True) -> Any:
+        """GET a V1 JSON answer; unwraps pre-1.0 nsqd's {"status_code", "data"} envelope
+        (parse False: the body's bytes, unparsed)."""
         try:
             async with self.session.get(url, headers={"Accept": "application/vnd.nsq; version=1.0"},
                                         timeout=self.timeout) as resp:
-                body = await resp.read()
+                body = await _read(resp)
                 if resp.status != 200:
                     raise PeerError(_bad_status(resp.status, resp.reason, body))
         except PeerError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise PeerError(f'Get "{url}": {_go_reason(exc)}') from None
+        if not parse:
+            return body
         try:
             data = loads(body)
         except orjson.JSONDecodeError as exc:
@@ -299,9 +321,10 @@ class Cluster:
         return out
 
     async def node_reduce(self, producers: list[dict], reduce, errors: Errors, topic: str = "",
-                          channel: str = "", clients: bool = False) -> list:
+                          channel: str = "", clients: bool = False, parse: bool = True) -> list:
         """reduce(raw /stats, node, hostname) for each producer, applied as soon as its answer is
-        parsed, so one broker's big parsed /stats is all the memory held at a time."""
+        parsed, so one broker's big parsed /stats is all the memory held at a time (parse False:
+        reduce gets the body's bytes and parses them itself)."""
         async def one(p: dict):
             addr = producer_http_address(p)
             url = f"http://{addr}/stats?format=json"
@@ -312,7 +335,7 @@ class Cluster:
             if not clients:
                 url += "&include_clients=false&include_mem=false"
             async with self.big:
-                raw = await self.get(url)
+                raw = await self.get(url, parse)
             with gc_paused():
                 return reduce(raw, addr, p.get("hostname", ""))
 

@@ -10,7 +10,7 @@ import orjson
 from aiohttp import web
 
 from nsqmp.admin.cluster import Cluster
-from nsqmp.admin.gather import Gatherer, compact
+from nsqmp.admin.gather import Gatherer, compact, compact_body
 
 
 def _stats(paused: bool) -> dict:
@@ -80,3 +80,16 @@ def test_one_gathering_for_concurrent_callers_and_none_reused_across_an_action()
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_a_body_is_cut_a_topic_at_a_time_as_it_would_be_whole():
+    stats = _stats(True)
+    stats["topics"].append({"topic_name": "c\u00e9{\"topic_name\":", "depth": 1, "channels": [{"channel_name": "z"}]})
+    laid_out = orjson.dumps(dict(version="1.3.0", **stats, memory={"heap_objects": 1}))
+    for body in (laid_out, bytearray(laid_out), orjson.dumps({"status_code": 200, "data": stats}),
+                 orjson.dumps(stats, option=orjson.OPT_INDENT_2), orjson.dumps({"topics": None})):
+        whole = compact(orjson.loads(body) if b"status_code" not in body else stats)
+        cut = compact_body(body)
+        assert (cut.names, cut.cnames, cut.tvals, cut.cend, cut.cvals) == (
+            whole.names, whole.cnames, whole.tvals, whole.cend, whole.cvals)
+    assert compact_body(laid_out).names == ["a", "b", "c\u00e9{\"topic_name\":"]

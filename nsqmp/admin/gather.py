@@ -5,9 +5,9 @@ need the same thing: each broker's whole /stats, a few MB of JSON that parses in
 dicts per broker at 1,000 topics x 10 channels. Gathering it once for all of them is what
 keeps the admin fast and small on a big cluster:
 
-- each broker's answer is cut to flat arrays (`NodeTopics`) as soon as it is parsed, so one
-  parsed /stats is the most held at a time; names are interned, so ten brokers' "c00" are
-  one string;
+- each broker's answer is parsed a topic at a time (`compact_body`) straight into flat arrays
+  (`NodeTopics`), so a few KB of dicts are alive at a time, not ~10 MB (plus orjson's own
+  document); names are interned, so ten brokers' "c00" are one string;
 - concurrent callers share one gathering in flight (`Gatherer.snapshot`), and a finished one
   is reused for `max_age` seconds (the page's poll right after the sampler's, a navigation
   right after a poll), then let go;

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from nsqmp.admin import stats as S
 from nsqmp.admin.cluster import AllFailed, Errors, PeerError, producer_http_address
-from nsqmp.admin.server import CLUSTER, OPTS, error, reply, upstream, with_errors
+from nsqmp.admin.server import CLUSTER, GATHER, OPTS, error, reply, upstream, with_errors
 
 
 async def h_topic(request: web.Request) -> web.Response:
@@ -96,51 +96,22 @@ async def h_counter(request: web.Request) -> web.Response:
     return reply(with_errors({"stats": out}, errors))
 
 
-def _node_topics(raw: dict, addr: str, hostname: str) -> list[tuple]:
-    """One broker's topics cut to what the topic list needs (the parsed /stats is dropped)."""
-    return [(t.get("topic_name", ""), t.get("depth", 0), t.get("backend_depth", 0), t.get("message_count", 0),
-             bool(t.get("paused")), [c.get("channel_name", "") for c in t.get("channels") or ()])
-            for t in raw.get("topics") or ()]
-
-
-def topic_summaries(parts: list[list[tuple]]) -> dict[str, dict]:
-    """Per-topic totals over every broker's `_node_topics` (no per-node rows, no clients)."""
-    out: dict[str, dict] = {}
-    names: dict[str, set] = {}
-    for part in parts:
-        for name, depth, backend, count, paused, channels in part:
-            t = out.get(name)
-            if t is None:
-                t = out[name] = {"topic_name": name, "depth": 0, "memory_depth": 0, "backend_depth": 0,
-                                 "message_count": 0, "channel_count": 0, "node_count": 0, "paused": False}
-                names[name] = set()
-            t["depth"] += depth
-            t["memory_depth"] += depth - backend
-            t["backend_depth"] += backend
-            t["message_count"] += count
-            t["node_count"] += 1
-            t["paused"] = t["paused"] or paused
-            names[name].update(channels)
-    for name, t in out.items():
-        t["channel_count"] = len(names[name])
-    return out
-
-
 async def h_topic_stats(request: web.Request) -> web.Response:
     """GET /api/stats/topics (nsqmp): the topic list page's numbers and rates in one answer."""
-    cluster, errors = request.app[CLUSTER], Errors()
     try:
-        producers = await cluster.producers(errors, topics=False)
-        parts = await cluster.node_reduce(producers, _node_topics, errors)
+        snap = await request.app[GATHER].snapshot()
     except AllFailed as exc:
         return upstream(exc)
     from nsqmp.admin.history import HISTORY
 
     sampler = request.app.get(HISTORY)
-    summaries = topic_summaries(parts)
-    for name, t in summaries.items():
-        t["publish_rate"], t["delivery_rate"] = sampler.rates(name) if sampler else (None, None)
-    return reply(with_errors({"topics": [summaries[k] for k in sorted(summaries)]}, errors))
+    summaries = snap.summaries()
+    rows = []
+    for name in sorted(summaries):
+        row = dict(summaries[name])  # the snapshot's rows are shared by every answer
+        row["publish_rate"], row["delivery_rate"] = sampler.rates(name) if sampler else (None, None)
+        rows.append(row)
+    return reply(with_errors({"topics": rows}, snap.errors))
 
 
 async def h_lookup(request: web.Request) -> web.Response:

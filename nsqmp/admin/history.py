@@ -7,8 +7,9 @@ depth), each value stored as round(log1p(v) x 2370), which keeps 0.05 % relative
 to 10^12 (a chart's needs) in 2 bytes; 0xFFFF marks "not sampled". At the defaults (10 s, 1 h:
 360 slots), 1,000 topics x 10 channels take about 25 MB whatever the number of brokers, since
 brokers are summed before storing. A broker's previous counters are kept in flat int64 arrays by
-series number (16 bytes per series per broker). Each broker's /stats is folded in as soon as it
-is parsed, so one parsed /stats is the most the sampler holds. A series unseen for a whole window
+series number (16 bytes per series per broker). The sampler takes the brokers' numbers from the
+shared gathering (gather.py: the topic list's, when under a second old), already cut to flat
+arrays, and folds them in one pass without a call per channel. A series unseen for a whole window
 is dropped and its number reused, so topic churn does not grow the rings. Rates come from
 per-broker counter deltas: a broker restarting (its counters going backwards) adds 0 for that step.
 """
@@ -22,7 +23,8 @@ from array import array
 
 from aiohttp import web
 
-from nsqmp.admin.cluster import AllFailed, Cluster, Errors
+from nsqmp.admin.cluster import AllFailed
+from nsqmp.admin.gather import Gatherer, NodeTopics, compact
 
 log = logging.getLogger("nsqmp.admin")
 
@@ -50,13 +52,14 @@ def decode(code: int, integer: bool = False) -> float | None:
 class Series:
     """One topic's or channel's rings: `columns` x `slots` uint16 codes, column-major."""
 
-    __slots__ = ("number", "codes", "columns", "last_seen")
+    __slots__ = ("number", "codes", "columns", "last_seen", "tick")
 
     def __init__(self, number: int, slots: int, columns: int) -> None:
         self.number = number
         self.codes = array("H", [_NONE]) * (slots * columns)
         self.columns = columns
         self.last_seen = 0.0
+        self.tick: list[float] | None = None  # the sample being built (None: not seen yet)
 
 
 class Sampler:
@@ -72,7 +75,6 @@ class Sampler:
         self._free: list[int] = []  # series numbers to reuse
         self._next = 0
         self._prev: dict[str, tuple[array, array, float]] = {}  # node -> (counts, lefts, ts)
-        self._tick: dict[str | tuple[str, str], list[float]] = {}
         self._rated = False
 
     # -- recording ---------------------------------------------------------------------------
@@ -89,37 +91,49 @@ class Sampler:
             counts.extend(more)
             lefts.extend(more)
 
-    def _acc(self, key: str | tuple[str, str], columns: int) -> tuple[list[float], int]:
-        s = self.series.get(key)
-        if s is None:
-            s = self.series[key] = Series(self._number(), self.slots, columns)
-        vals = self._tick.get(key)
-        if vals is None:
-            vals = self._tick[key] = [0.0] * columns
-        return vals, s.number
+    def _new(self, key: str | tuple[str, str], columns: int) -> Series:
+        s = self.series[key] = Series(self._number(), self.slots, columns)
+        return s
 
     def fold(self, node: str, raw: dict, now: float) -> None:
-        """Add one broker's /stats (taken at `now`) to the sample being built: depths summed,
-        rates from this broker's counter deltas since its previous sample."""
+        """Add one broker's /stats (taken at `now`) to the sample being built."""
+        self.fold_topics(node, compact(raw), now)
+
+    def fold_topics(self, node: str, topics: NodeTopics, now: float) -> None:
+        """Add one broker's topics (gather.NodeTopics, taken at `now`) to the sample being
+        built: depths summed, rates from this broker's counter deltas since its previous sample."""
         counts, lefts, then = self._prev.get(node, (array("q"), array("q"), None))
         dt = now - then if then is not None and now > then else 0.0
         self._rated = self._rated or bool(dt)
-        for t in raw.get("topics") or ():
-            name = t.get("topic_name", "")
-            tv, tn = self._acc(name, 4)
-            self._grow(counts, lefts)
-            tv[DEPTH] += t.get("depth", 0)
-            mc = t.get("message_count", 0)
+        series, tvals, cend, cnames, cvals = self.series, topics.tvals, topics.cend, topics.cnames, topics.cvals
+        start = 0
+        # one pass over every channel of every broker: lookups inlined, no call per channel
+        for i, name in enumerate(topics.names):
+            s = series.get(name) or self._new(name, 4)
+            tv = s.tick
+            if tv is None:
+                tv = s.tick = [0.0, 0.0, 0.0, 0.0]
+            tn = s.number
+            if tn >= len(counts):
+                self._grow(counts, lefts)
+            mc = tvals[4 * i + 2]
+            tv[DEPTH] += tvals[4 * i]
             if dt and 0 <= counts[tn] <= mc:
                 tv[PUBLISH] += (mc - counts[tn]) / dt
             counts[tn] = mc
-            for c in t.get("channels") or ():
-                cv, cn = self._acc((name, c.get("channel_name", "")), 3)
-                self._grow(counts, lefts)
-                cmc, depth = c.get("message_count", 0), c.get("depth", 0)
-                left = cmc - depth - c.get("in_flight_count", 0) - c.get("deferred_count", 0)
-                cv[DEPTH] += depth
-                tv[CHANNELS_DEPTH] += depth
+            end = cend[i]
+            for j in range(start, end):
+                key = (name, cnames[j])
+                c = series.get(key) or self._new(key, 3)
+                cv = c.tick
+                if cv is None:
+                    cv = c.tick = [0.0, 0.0, 0.0]
+                cn = c.number
+                if cn >= len(counts):
+                    self._grow(counts, lefts)
+                cdepth, cmc, left = cvals[3 * j:3 * j + 3]
+                cv[DEPTH] += cdepth
+                tv[CHANNELS_DEPTH] += cdepth
                 if dt and 0 <= counts[cn] <= cmc:
                     cv[PUBLISH] += (cmc - counts[cn]) / dt
                 if dt and 0 <= lefts[cn] <= left:
@@ -127,11 +141,13 @@ class Sampler:
                     cv[DELIVERY] += rate
                     tv[DELIVERY] += rate
                 counts[cn], lefts[cn] = cmc, left
+            start = end
         self._prev[node] = (counts, lefts, now)
 
     def begin(self) -> None:
         """Start a sample: nothing folded yet."""
-        self._tick = {}
+        for s in self.series.values():
+            s.tick = None
         self._rated = False
 
     def commit(self, now: float) -> None:
@@ -140,7 +156,7 @@ class Sampler:
         slot, slots = self.head, self.slots
         self.ts[slot] = now
         for key, s in list(self.series.items()):
-            vals = self._tick.get(key)
+            vals, s.tick = s.tick, None
             if vals is None:
                 if now - s.last_seen > self.window:
                     self._drop(key, s)
@@ -152,7 +168,6 @@ class Sampler:
             for col in range(s.columns):
                 unknown = col in (PUBLISH, DELIVERY) and not self._rated
                 s.codes[col * slots + slot] = _NONE if unknown else encode(vals[col])
-        self._tick = {}
         self.head = (slot + 1) % slots
 
     def _drop(self, key: str | tuple[str, str], s: Series) -> None:
@@ -200,27 +215,23 @@ class Sampler:
         return out
 
     # -- polling -----------------------------------------------------------------------------
-    async def sample(self, cluster: Cluster) -> None:
-        """Poll every broker once, folding each answer in as it is parsed."""
-        errors = Errors()
+    async def sample(self, gatherer: Gatherer) -> None:
+        """One sample from the shared gathering (the page's, when it is under a second old)."""
         self.begin()
-
-        def fold(raw: dict, addr: str, hostname: str) -> None:
-            self.fold(addr, raw, time.time())
-
         try:
-            producers = await cluster.producers(errors, topics=False)
-            await cluster.node_reduce(producers, fold, errors)
+            snap = await gatherer.snapshot(max_age=min(1.0, self.interval / 4))
+            for node, taken, topics in snap.nodes:
+                self.fold_topics(node, topics, taken)
         except AllFailed as exc:
             log.warning("history: %s", exc)
         self.commit(time.time())
 
-    async def run(self, cluster: Cluster) -> None:
+    async def run(self, gatherer: Gatherer) -> None:
         """Sample every `interval` seconds until cancelled."""
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            await self.sample(cluster)
+            await self.sample(gatherer)
             next_at += self.interval
             await asyncio.sleep(max(0.0, next_at - loop.time()))
 
@@ -245,12 +256,12 @@ def add_routes(router: web.UrlDispatcher, base: str) -> None:
 
 def attach(app: web.Application) -> None:
     """Run the sampler for the app's lifetime."""
-    from nsqmp.admin.server import CLUSTER, OPTS
+    from nsqmp.admin.server import GATHER, OPTS
 
     async def start(app: web.Application) -> None:
         opts = app[OPTS]
         app[HISTORY] = Sampler(opts.history_interval, opts.history_window)
-        app[_TASK] = asyncio.get_running_loop().create_task(app[HISTORY].run(app[CLUSTER]))
+        app[_TASK] = asyncio.get_running_loop().create_task(app[HISTORY].run(app[GATHER]))
 
     async def stop(app: web.Application) -> None:
         app[_TASK].cancel()

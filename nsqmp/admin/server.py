@@ -6,6 +6,7 @@ Routes are nsqadmin 1.3.0's (nsqadmin/http.go) under `--base-path`, plus nsqmp's
 from __future__ import annotations
 
 import asyncio
+import gc
 import html
 import logging
 import secrets
@@ -19,6 +20,7 @@ from aiohttp import web
 
 from nsqmp.admin import NSQADMIN_VERSION
 from nsqmp.admin.cluster import AllFailed, Cluster, Errors
+from nsqmp.admin.gather import Gatherer
 from nsqmp.admin.options import AdminOptions
 
 log = logging.getLogger("nsqmp.admin")
@@ -32,6 +34,7 @@ _V1 = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 
 OPTS: web.AppKey[AdminOptions] = web.AppKey("opts", AdminOptions)
 CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster", Cluster)
+GATHER: web.AppKey[Gatherer] = web.AppKey("gatherer", Gatherer)
 TOKEN: web.AppKey[str] = web.AppKey("csrf_token", str)
 
 
@@ -138,7 +141,11 @@ async def h_topics(request: web.Request) -> web.Response:
     """GET /api/topics[?inactive=true]: topic names (or lookupd-only topics with channels)."""
     cluster, errors = request.app[CLUSTER], Errors()
     try:
-        topics = await cluster.topics(errors)
+        if cluster.lookupds:
+            topics = await cluster.topics(errors)
+        else:  # from nsqd addresses: the brokers' /stats, gathered once for every page (gather.py)
+            snap = await request.app[GATHER].snapshot()
+            topics, errors = snap.topic_names(), snap.errors
         if request.query.get("inactive") == "true":
             inactive: dict[str, list[str]] = {}
             if cluster.lookupds:  # nsqadmin asks topic by topic; we ask them all at once
@@ -179,6 +186,7 @@ async def _start_session(app: web.Application) -> None:
                                     sock_connect=opts.http_client_connect_timeout)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, ttl_dns_cache=60), timeout=timeout)
     app[CLUSTER] = Cluster(session, opts.lookupd_http_addresses, opts.nsqd_http_addresses, timeout)
+    app[GATHER] = Gatherer(app[CLUSTER])
 
 
 async def _close_session(app: web.Application) -> None:
@@ -207,6 +215,9 @@ async def _serve(opts: AdminOptions) -> None:
     await site.start()
     bound = site._server.sockets[0].getsockname()  # the real port when given :0
     log.info("HTTP: listening on %s:%d", bound[0], bound[1])
+    # the modules and the app live as long as the process: out of the collector's sight, the full
+    # collections that big gatherings trigger have only the gatherings' objects left to scan
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -229,4 +240,4 @@ def serve(opts: AdminOptions) -> int:
 
 
 __all__ = ["make_app", "serve", "reply", "error", "with_errors", "upstream", "is_admin", "CLUSTER",
-           "OPTS", "TOKEN"]
+           "GATHER", "OPTS", "TOKEN"]

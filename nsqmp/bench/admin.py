@@ -7,8 +7,9 @@ recorded, and the other brokers are replays of them on their own ports (same byt
 port in /info); `--real N` starts N real brokers instead. The admin runs as its own process
 (`nsqmp admin --nsqd-http-address ...` x brokers) and the bench times, over --reps requests:
 GET /api/stats/topics (nsqmp's topic list: every broker's /stats gathered and summed),
-GET /api/topics (nsqadmin's list) and GET /api/topics/<one> (a topic page), then reads the
-admin's RSS and peak RSS (the history rings are allocated for the whole window at a series'
+GET /api/topics (nsqadmin's list), each 1.2 s apart so that each one gathers (the admin reuses a
+gathering for a second), /api/stats/topics back to back (reused), and GET /api/topics/<one> (a
+topic page), then reads the admin's RSS and peak RSS (the history rings are allocated for the whole window at a series'
 first sample, so one sample shows the full-hour footprint). Prints one JSON object.
 
     nsqmp bench admin [--brokers 10] [--topics 1000] [--channels 10] [--real 1] [--reps 5]
@@ -120,9 +121,12 @@ def _rss_kib(pid: int) -> tuple[int, int]:
     return grab("VmRSS"), grab("VmHWM")
 
 
-def _start_admin(addrs: list[str], log: Path, interval: float) -> tuple[subprocess.Popen, int]:
+def _start_admin(addrs: list[str], log: Path, interval: float,
+                 window: float | None = None) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "nsqmp", "admin", "--http-address", "127.0.0.1:0",
            "--history-interval", str(interval), "--http-client-request-timeout", "30"]
+    if window is not None:
+        cmd += ["--history-window", str(window)]
     for a in addrs:
         cmd += ["--nsqd-http-address", a]
     out = open(log, "wb")
@@ -138,9 +142,10 @@ def _start_admin(addrs: list[str], log: Path, interval: float) -> tuple[subproce
     raise RuntimeError(log.read_text())
 
 
-def _timed(port: int, path: str, reps: int) -> dict:
+def _timed(port: int, path: str, reps: int, gap: float = 0.0) -> dict:
     times, size = [], 0
     for _ in range(reps):
+        time.sleep(gap)
         t0 = time.perf_counter()
         size = len(_get(port, path))
         times.append(time.perf_counter() - t0)
@@ -175,8 +180,11 @@ def run(brokers: int, topics: int, channels: int, real: int, reps: int, workdir:
         result = {
             "brokers": brokers, "real_brokers": real, "history_interval_s": history_interval, "topics": topics, "channels_per_topic": channels,
             "populate_s": round(populate_s, 1), "broker_stats_json_mib": round(stats_mib, 2),
-            "api_stats_topics": _timed(port, "/api/stats/topics", reps),
-            "api_topics": _timed(port, "/api/topics", reps),
+            # 1.2 s apart: each request gathers (the admin reuses a gathering for 1 s at most)
+            "api_stats_topics": _timed(port, "/api/stats/topics", reps, gap=1.2),
+            "api_topics": _timed(port, "/api/topics", reps, gap=1.2),
+            # back to back: the second of two requests within a second (a navigation after a poll)
+            "api_stats_topics_reused": _timed(port, "/api/stats/topics", reps),
             "api_topic_page": _timed(port, "/api/topics/t0500", reps),
         }
         rss, peak = _rss_kib(admin.pid)

@@ -20,6 +20,11 @@ def _pids(text: str, level: str, role: str) -> set[int]:
     return {int(pid) for pid in re.findall(rf" {level} nsqmp\.{role}\[(\d+)\]: ", text)}
 
 
+def _identified(text: str, tag: str) -> set[int]:
+    """The acceptors that logged the IDENTIFY of a client of this visit (tag)."""
+    return {int(pid) for pid in re.findall(rf" INFO nsqmp\.acceptor\[(\d+)\]: .* IDENTIFY: {{ClientID:{tag}-", text)}
+
+
 def _visit_every_process(broker, tag: str) -> None:
     """Connections until every acceptor has taken one (each IDENTIFYs and SUBs to a topic
     of each router): every acceptor and router has then done what it logs at debug."""
@@ -28,7 +33,7 @@ def _visit_every_process(broker, tag: str) -> None:
         with Connection.connect(broker.tcp_address) as c:
             c.identify(client_id=f"{tag}-{n}")
             c.sub(_topic_of(n % ROUTERS, tag), "c")
-        if n >= ROUTERS and acceptors <= _pids(broker.log_text(), "INFO", "acceptor"):
+        if n >= ROUTERS and acceptors <= _identified(broker.log_text(), tag):
             return
     raise AssertionError(f"some acceptor never took a connection:\n{broker.log_text()[-3000:]}")
 

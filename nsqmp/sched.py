@@ -62,3 +62,16 @@ def get_slice() -> int | None:
     except (OSError, AttributeError):
         return None
     return _ATTR.unpack(attr.raw)[5]
+
+
+def set_realtime() -> bool:
+    """SCHED_FIFO priority 1 for this process, not for the children it forks
+    (SCHED_RESET_ON_FORK), when it may (CAP_SYS_NICE, or RLIMIT_RTPRIO >= 1): the
+    supervisor, which sleeps nearly always, so that SIGKILLed it gets a core at once to
+    die on, and its death wakes the children's lifeline watchers (docs/lifecycle.md).
+    False when refused: the supervisor keeps the shortest slice."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(1))
+    except (OSError, AttributeError):
+        return False
+    return True

@@ -99,6 +99,7 @@ class Supervisor:
         # it sleeps nearly always; a short slice gets a SIGKILLed supervisor onto a core
         # (to die, and so to wake its children's lifeline watchers) without waiting
         sched.set_slice(sched.MIN_SLICE_NS)
+        sched.set_realtime()
         try:
             self._prepare()
         except BootError as exc:

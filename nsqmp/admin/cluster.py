@@ -214,20 +214,10 @@ class Cluster:
 
     # -- topics -----------------------------------------------------------------------------
     async def topics(self, errors: Errors) -> list[str]:
-        """GetLookupdTopics or GetNSQDTopics: every topic name, sorted, unique."""
-        if self.lookupds:
-            got = await self._fan(self.lookupds, lambda a: self.get(f"http://{a}/topics"), errors, "nsqlookupd")
-            return sorted({t for r in got for t in (r.get("topics") or ())})
-        async def names(addr: str) -> list[str]:  # cut at once: one parsed /stats alive at a time
-            async with self.big:
-                raw = await self.get(f"http://{addr}/stats?format=json&include_clients=false&include_mem=false")
-            return [t["topic_name"] for t in raw.get("topics") or ()]
-
-        try:
-            got = await self._fan(self.nsqds, names, errors, "nsqd")
-        finally:
-            give_back_memory()
-        return sorted({name for part in got for name in part})
+        """GetLookupdTopics: every topic name the lookupds know, sorted, unique (with nsqd
+        addresses instead, the names come from the shared gathering: gather.py)."""
+        got = await self._fan(self.lookupds, lambda a: self.get(f"http://{a}/topics"), errors, "nsqlookupd")
+        return sorted({t for r in got for t in (r.get("topics") or ())})
 
     async def lookupd_topic_channels(self, topic: str, errors: Errors) -> list[str]:
         """GetLookupdTopicChannels: the union of a topic's channels on every lookupd."""

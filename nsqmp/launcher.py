@@ -61,6 +61,25 @@ class Daemon:
         self.proc.wait(10)
         self._log.close()
 
+    def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+             timeout: float = 10.0) -> tuple[int, bytes, dict[str, str]]:
+        """One request to its HTTP port: (status, body, headers)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read(), dict(resp.getheaders())
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> dict:
+        """GET a JSON endpoint that must answer 200."""
+        import orjson
+
+        status, body, _ = self.http("GET", path)
+        assert status == 200, (path, status, body)
+        return orjson.loads(body)
+
     @property
     def tcp_address(self) -> str:
         return f"127.0.0.1:{self.tcp_port}"
@@ -136,16 +155,7 @@ class Broker(Daemon):
             out[title] = int(entry)
         return out
 
-    # -- addresses and HTTP -----------------------------------------------------------------
-    def http(self, method: str, path: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[int, bytes, dict]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body)
-            resp = conn.getresponse()
-            return resp.status, resp.read(), dict(resp.getheaders())
-        finally:
-            conn.close()
-
+    # -- HTTP ------------------------------------------------------------------------------
     def stats(self, **params: str) -> dict:
         import orjson
         from urllib.parse import urlencode

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import re
@@ -170,3 +171,28 @@ def assert_fatal(c: Connection, data: bytes, text: str) -> None:
         extra = c.read_frame()
         pytest.fail(f"the connection stayed open and sent {extra}")
     c.close()
+
+
+@contextlib.contextmanager
+def endpoint_pair():
+    """(acceptor, router, plan): the mesh endpoints of acceptor 0 and router 0 over real
+    shared-memory rings and eventfd doorbells, in this process; closed and unlinked after.
+    The rings are named after this (live) process, as a supervisor names its run's: no
+    broker's stale-segment sweep takes them, and no broker uses the same pid."""
+    from nsqmp.ipc import mesh, shm
+    from nsqmp.ipc.doorbell import Doorbell
+
+    plan = mesh.Plan(os.getpid(), 1, 1, 1 << 16)
+    names = mesh.create_all(plan)
+    doorbells = [Doorbell() for _ in range(plan.slots)]
+    acceptor = mesh.Endpoint(plan, plan.acceptor_slot(0), doorbells)
+    router = mesh.Endpoint(plan, plan.router_slot(0), doorbells)
+    try:
+        yield acceptor, router, plan
+    finally:
+        for e in (acceptor, router):
+            e.close()
+        for d in doorbells:
+            d.close()
+        for name in names:
+            shm.unlink(name)

@@ -107,7 +107,7 @@ def _busy() -> None:
         pass
 
 
-def _session(sid: int) -> list[int]:
+def session_pids(sid: int) -> list[int]:
     """Live (not zombie) processes of session sid."""
     pids = []
     for entry in os.listdir("/proc"):
@@ -161,7 +161,7 @@ def one_try(make, lookupd: Lookupd, ctx) -> dict:
         for kind, _p, warm, _r in probes:
             if not warm.wait(10):
                 raise RuntimeError(f"the {kind} probe never succeeded")
-        pids = _session(broker.proc.pid)
+        pids = session_pids(broker.proc.pid)
         t = time.monotonic()
         killed.value = t
         os.kill(broker.proc.pid, signal.SIGKILL)
@@ -174,7 +174,7 @@ def one_try(make, lookupd: Lookupd, ctx) -> dict:
         broker.proc.wait(5)
         result["supervisor_gone"] = (exits.get(broker.proc.pid, t + 2.0) - t) * 1e3
         result["all_gone"] = (max(exits.values(), default=t) - t) * 1e3 if len(exits) == len(pids) else 2000.0
-        orphans = _session(broker.proc.pid)
+        orphans = session_pids(broker.proc.pid)
         result["orphans"] = len(orphans)
         for pid in orphans:
             os.kill(pid, signal.SIGKILL)

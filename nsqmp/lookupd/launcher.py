@@ -7,7 +7,6 @@ kill() its process group.
 """
 from __future__ import annotations
 
-import http.client
 import re
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
 
 from nsqmp.launcher import Daemon
 
@@ -68,20 +66,3 @@ class Lookupd(Daemon):
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-    # -- addresses and HTTP ------------------------------------------------------------------
-    def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-             timeout: float = 10.0) -> tuple[int, bytes, dict[str, str]]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, resp.read(), dict(resp.getheaders())
-        finally:
-            conn.close()
-
-    def get(self, path: str) -> dict:
-        """GET a V1 JSON endpoint that must answer 200."""
-        status, body, _ = self.http("GET", path)
-        assert status == 200, (path, status, body)
-        return orjson.loads(body)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from nsqmp.bench.death import session_pids
+
 # how long the processes of a killed broker may take to be gone (they take milliseconds;
 # this is for a loaded CI machine)
 KILL_GRACE = 3.0
@@ -40,25 +42,10 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _session(sid: int) -> list[int]:
-    """Live (not zombie) processes of session sid."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
 def _children(pid: int) -> dict[str, int]:
     """Title -> pid of the supervisor's children."""
     out = {}
-    for child in _session(pid):
+    for child in session_pids(pid):
         try:
             stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
             title = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
@@ -104,7 +91,7 @@ class Runs:
         self.log.close()
         self.killed.append(proc.pid)
         deadline = time.monotonic() + KILL_GRACE
-        while left := _session(proc.pid):
+        while left := session_pids(proc.pid):
             if time.monotonic() > deadline:
                 for pid in left:  # end what we started before failing
                     os.kill(pid, signal.SIGKILL)
@@ -201,7 +188,7 @@ def test_sigkill_then_restart_100_times(tmp_path):
         runs.log.close()
         runs.killed.append(proc.pid)
         deadline = time.monotonic() + KILL_GRACE
-        while left := _session(proc.pid):
+        while left := session_pids(proc.pid):
             assert time.monotonic() < deadline, f"try {i}: orphans {left}"
             time.sleep(0.002)
     runs.finish()

@@ -8,26 +8,13 @@ import struct
 import pytest
 
 from nsqmp.ipc import mesh, pyring, shm
-from nsqmp.ipc.doorbell import Doorbell
-from tests.harness import await_for
+from tests.harness import await_for, endpoint_pair
 
 
 @pytest.fixture
 def pair():
-    # named after this (live) process, as a supervisor names its run's: no broker's
-    # stale-segment sweep takes them, and no broker uses the same pid
-    plan = mesh.Plan(os.getpid(), 1, 1, 1 << 16)
-    names = mesh.create_all(plan)
-    doorbells = [Doorbell() for _ in range(plan.slots)]
-    acceptor = mesh.Endpoint(plan, plan.acceptor_slot(0), doorbells)
-    router = mesh.Endpoint(plan, plan.router_slot(0), doorbells)
-    yield acceptor, router, plan
-    for e in (acceptor, router):
-        e.close()
-    for d in doorbells:
-        d.close()
-    for name in names:
-        shm.unlink(name)
+    with endpoint_pair() as ends:
+        yield ends
 
 
 def test_a_drain_inside_a_drain_does_nothing_and_order_is_kept(pair):

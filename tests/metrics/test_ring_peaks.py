@@ -1,29 +1,16 @@
 """Ring high-water marks as each end of a real ring sees them (nsqmp.ipc.mesh.Endpoint)."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from nsqmp.ipc import mesh, pyring, shm
-from nsqmp.ipc.doorbell import Doorbell
+from nsqmp.ipc import pyring
+from tests.harness import endpoint_pair
 
 
 @pytest.fixture
 def pair():
-    # named after this live process, as in tests/ipc/test_endpoint.py
-    plan = mesh.Plan(os.getpid(), 1, 1, 1 << 16)
-    names = mesh.create_all(plan)
-    doorbells = [Doorbell() for _ in range(plan.slots)]
-    acceptor = mesh.Endpoint(plan, plan.acceptor_slot(0), doorbells)
-    router = mesh.Endpoint(plan, plan.router_slot(0), doorbells)
-    yield acceptor, router, plan
-    for e in (acceptor, router):
-        e.close()
-    for d in doorbells:
-        d.close()
-    for name in names:
-        shm.unlink(name)
+    with endpoint_pair() as ends:
+        yield ends
 
 
 def test_both_ends_see_the_peak_and_it_stays_after_the_drain(pair):

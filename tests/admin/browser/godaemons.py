@@ -4,7 +4,6 @@ from $NSQ_BIN or PATH (build them with ../shared/tools/build-nsq.sh); CI has non
 """
 from __future__ import annotations
 
-import http.client
 import os
 import shutil
 import socket
@@ -12,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import orjson
 
 from nsqmp.launcher import Daemon
 
@@ -66,21 +64,6 @@ class GoDaemon(Daemon):
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"{self.name} did not answer /ping:\n{self.log_text()}")
-
-    def http(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-             timeout: float = 10.0) -> tuple[int, bytes, dict]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, resp.read(), dict(resp.getheaders())
-        finally:
-            conn.close()
-
-    def get(self, path: str) -> dict:
-        status, body, _ = self.http("GET", path)
-        assert status == 200, (path, status, body)
-        return orjson.loads(body)
 
 
 class GoNsqd(GoDaemon):

@@ -16,6 +16,8 @@ from typing import Any
 
 from nsqmp.admin import NSQADMIN_VERSION
 from nsqmp.admin.options import AdminOptions
+from nsqmp.config import goflags
+from nsqmp.config.goflags import HelpRequested, UsageError  # noqa: F401 (the command line's errors, for its callers)
 from nsqmp.config.options import parse_duration
 
 STRING, BOOL, DURATION, LIST, LEVEL = "string", "bool", "duration", "value", "level"
@@ -94,14 +96,6 @@ FLAGS: tuple[Flag, ...] = (
 BY_NAME = {f.name: f for f in FLAGS}
 
 
-class UsageError(Exception):
-    """A command-line error: printed with the usage text, exit 2."""
-
-
-class HelpRequested(Exception):
-    """-h / -help: the usage text, exit 0."""
-
-
 def version_string() -> str:
     """nsqadmin's version line, built with nsqmp instead of a Go toolchain."""
     from nsqmp.version import version_line
@@ -127,33 +121,13 @@ def _value(flag: Flag, text: str) -> Any:
 def parse_flags(argv: list[str]) -> dict[str, Any]:
     """Go's FlagSet.Parse over FLAGS: the flags given, by name (lists accumulate)."""
     values: dict[str, Any] = {}
-    args = list(argv)
-    while args:
-        arg = args[0]
-        if len(arg) < 2 or arg[0] != "-" or arg == "--":
-            break
-        name = arg[2:] if arg[1] == "-" else arg[1:]
-        if not name or name[0] in "-=":
-            raise UsageError(f"bad flag syntax: {arg}")
-        args.pop(0)
-        name, has_value, text = name.partition("=")
-        flag = BY_NAME.get(name)
-        if flag is None:
-            if name in ("help", "h"):
-                raise HelpRequested()
-            raise UsageError(f"flag provided but not defined: -{name}")
-        if flag.kind == BOOL and not has_value:
-            text = "true"
-        elif not has_value:
-            if not args:
-                raise UsageError(f"flag needs an argument: -{name}")
-            text = args.pop(0)
+    found, _ = goflags.tokens(argv, lambda name: (f.kind == BOOL) if (f := BY_NAME.get(name)) else None)
+    for name, text in found:
+        flag = BY_NAME[name]
         try:
             value = _value(flag, text)
         except ValueError as exc:
-            kind = "boolean value" if flag.kind == BOOL else "value"
-            tail = f"for -{name}" if flag.kind == BOOL else f"for flag -{name}"
-            raise UsageError(f'invalid {kind} "{text}" {tail}: {exc}') from None
+            raise goflags.bad_value(name, text, flag.kind == BOOL, exc) from None
         if flag.kind == LIST:
             values.setdefault(name, []).append(value)
         else:

@@ -18,6 +18,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from nsqmp.config import goflags
+from nsqmp.config.goflags import HelpRequested, UsageError  # noqa: F401 (the command line's errors, for its callers)
 from nsqmp.config.options import parse_duration
 
 STRING, BOOL, DURATION, LOGLEVEL = "string", "bool", "duration", "value"
@@ -69,14 +71,6 @@ class Options:
     log_level: str
     log_prefix: str
     log_format: str = "text"
-
-
-class UsageError(Exception):
-    """A command-line error: print it and the usage text, exit 2."""
-
-
-class HelpRequested(Exception):
-    """-h / -help / --help: print the usage text, exit 0."""
 
 
 class ConfigFileError(Exception):
@@ -133,42 +127,16 @@ def _trim(text: str) -> str:
 
 # -- the command line ---------------------------------------------------------------------------
 def parse_flags(argv: list[str]) -> dict[str, Any]:
-    """Go's flag.FlagSet.Parse: the flags set on the command line, by name."""
+    """Go's flag.FlagSet.Parse: the flags set on the command line, by name (arguments after
+    them are ignored, as nsqlookupd does)."""
     values: dict[str, Any] = {}
-    args = list(argv)
-    while args:
-        arg = args[0]
-        if len(arg) < 2 or arg[0] != "-":
-            break  # the first non-flag argument ends the flags (nsqlookupd ignores the rest)
-        dashes = 2 if arg[1] == "-" else 1
-        if dashes == 2 and len(arg) == 2:
-            break  # "--"
-        name = arg[dashes:]
-        if not name or name[0] in "-=":
-            raise UsageError(f"bad flag syntax: {arg}")
-        args.pop(0)
-        name, has_value, value = name.partition("=")
-        flag = FLAGS_BY_NAME.get(name)
-        if flag is None:
-            if name in ("help", "h"):
-                raise HelpRequested()
-            raise UsageError(f"flag provided but not defined: -{name}")
-        if flag.kind == BOOL:
-            if not has_value:
-                value = "true"
-            try:
-                values[name] = _parse_value(flag, value)
-            except ValueError as exc:
-                raise UsageError(f'invalid boolean value "{value}" for -{name}: {exc}') from None
-            continue
-        if not has_value:
-            if not args:
-                raise UsageError(f"flag needs an argument: -{name}")
-            value = args.pop(0)
+    found, _ = goflags.tokens(argv, lambda name: (f.kind == BOOL) if (f := FLAGS_BY_NAME.get(name)) else None)
+    for name, text in found:
+        flag = FLAGS_BY_NAME[name]
         try:
-            values[name] = _parse_value(flag, value)
+            values[name] = _parse_value(flag, text)
         except ValueError as exc:
-            raise UsageError(f'invalid value "{value}" for flag -{name}: {exc}') from None
+            raise goflags.bad_value(name, text, flag.kind == BOOL, exc) from None
     return values
 
 

@@ -14,19 +14,13 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from nsqmp.config import goflags
+from nsqmp.config.goflags import HelpRequested, UsageError
 from nsqmp.config.options import parse_duration
 from nsqmp.lookupd.options import go_duration
 
 _GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
-
-
-class UsageError(Exception):
-    """A command-line error: print it and the usage text, exit 2."""
-
-
-class HelpRequested(Exception):
-    """-h / -help / --help."""
 
 
 @dataclass
@@ -56,31 +50,9 @@ class FlagSet:
         nsq_to_file: "unknown arguments")."""
         values = {f.name: (list(f.default) if f.kind == "value" else f.default) for f in self.flags.values()}
         given: set[str] = set()
-        args = list(argv)
-        while args:
-            arg = args[0]
-            if len(arg) < 2 or arg[0] != "-":
-                break
-            dashes = 2 if arg[1] == "-" else 1
-            if dashes == 2 and len(arg) == 2:
-                args.pop(0)
-                break
-            name = arg[dashes:]
-            if not name or name[0] in "-=":
-                raise UsageError(f"bad flag syntax: {arg}")
-            args.pop(0)
-            name, has_value, value = name.partition("=")
-            flag = self.flags.get(name)
-            if flag is None:
-                if name in ("help", "h"):
-                    raise HelpRequested()
-                raise UsageError(f"flag provided but not defined: -{name}")
-            if flag.kind == "bool" and not has_value:
-                value = "true"
-            elif not has_value:
-                if not args:
-                    raise UsageError(f"flag needs an argument: -{name}")
-                value = args.pop(0)
+        found, args = goflags.tokens(argv, lambda name: (f.kind == "bool") if (f := self.flags.get(name)) else None)
+        for name, value in found:
+            flag = self.flags[name]
             parsed = self._value(flag, value)
             if flag.kind == "value":
                 if name not in given:

@@ -77,10 +77,7 @@ def main() -> None:
     p.add_argument("--history-window", type=float, default=720.0)
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nsqmp-render-bench-"))
-    # 32 MiB rings, as nsqmp bench admin: a router's stats answer for 10,000 channels (2.6 MB)
-    # exceeds the default 8 MiB ring's largest record (2 MiB) and the broker's /stats would fail
-    real = Broker(work / "data0", "--acceptors", "1", "--routers", "1", "--ring-size", str(32 << 20),
-                  log_path=work / "broker.log").start()
+    real = Broker(work / "data0", "--acceptors", "1", "--routers", "1", log_path=work / "broker.log").start()
     replays = admin = driver = None
     try:
         asyncio.run(_populate(real.http_port, args.topics, args.channels))

@@ -294,8 +294,9 @@ class Acceptor(Role):
 
     def on_reply(self, src: int, rec: bytes) -> None:
         """REPLY: one router's answer to a control request (ask_routers), or its last piece."""
-        parts = self._reply_parts.pop((src, records.reply_id(rec)), None)
-        entry = self._requests.get(records.reply_id(rec))
+        req_id = records.reply_id(rec)
+        parts = self._reply_parts.pop((src, req_id), None)
+        entry = self._requests.get(req_id)
         if entry is not None:
             fut, replies, expected = entry
             replies.append(records.parse_reply(rec, parts)[1])

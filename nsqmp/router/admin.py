@@ -11,6 +11,7 @@ import shutil
 
 from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
+from nsqmp.router.peek import channel_peek, topic_peek
 
 log = logging.getLogger("nsqmp.router")
 
@@ -204,6 +205,7 @@ OPS = {
     "channel_pause": channel_pause,
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
+    "channel_peek": channel_peek, "topic_peek": topic_peek,  # router/peek.py: read-only
     "fire_lateness": lambda r, q: {"index": r.index,
                                    **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
     "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics

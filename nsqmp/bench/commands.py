@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "lookupd": ("lookupd", "nsqlookupd's /lookup latency with many brokers registered"),
     "admin": ("admin", "the admin UI's topic list over many brokers, topics and channels: time and memory"),
     "metrics": ("metrics", "the cost of /metrics and of the statsd push on a broker with many topics and channels"),
+    "peek": ("peek", "GET /channel/peek's time on a channel with a million messages queued (p50/p99)"),
     "spark": ("spark", "rows/s through the PySpark source, into the noop and Parquet sinks (spark extra)"),
 }
 

@@ -3,16 +3,24 @@
 An ephemeral channel (``tail<6 digits>#ephemeral``) unless --channel is given, so tailing
 takes nothing from the topic's real consumers and leaves nothing behind. ``-n N`` exits
 after N messages of a topic; SIGINT/SIGTERM stop it.
+
+``--peek`` (nsqmp's, not nsq_tail's) consumes nothing: it prints the next -n (default 10)
+messages --channel would deliver, from each broker's GET /channel/peek (without
+--channel, /topic/peek: what a topic without channels holds), then exits. The brokers are
+the lookupds' producers of the topic (--lookupd-http-address) or --nsqd-http-address.
 """
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import random
 import sys
 from types import SimpleNamespace
+from urllib.parse import urlencode
 
 from nsqmp.client.consumer import Consumer, MessageQueue
+from nsqmp.client.lookup import HTTPError, get_json, topic_producers
 from nsqmp.utils.common import (
     Fatal, Signals, add_sources, add_version, check_sources, client_config, fatal_line, run, setup_logging,
     user_agent,
@@ -32,6 +40,9 @@ def flag_set() -> FlagSet:
     fs.add("n", "int", 0, "total messages to show (will wait if starved)")
     fs.add("print-topic", "bool", False, "print topic name where message was received")
     add_sources(fs)
+    fs.add("peek", "bool", False, "print the next -n (default 10) messages of --channel without consuming "
+                                  "them (nsqmp's GET /channel/peek of each broker), then exit")
+    fs.add("nsqd-http-address", "value", [], "nsqd HTTP address for --peek (may be given multiple times)")
     fs.add("topic", "value", [], "NSQ topic (may be given multiple times)")
     fs.add("consumer-opt", "value", [], "option to passthrough to the consumer (may be given multiple "
                                         "times: key,value with go-nsq's Config names)")
@@ -44,7 +55,9 @@ def ephemeral_channel() -> str:
 
 
 def tail(ns: SimpleNamespace) -> int:
-    """Consume every --topic and print until -n or a signal."""
+    """Consume every --topic and print until -n or a signal (--peek: print and exit)."""
+    if ns.peek:
+        return peek(ns)
     channel = ns.channel or ephemeral_channel()
     check_sources(ns)
     if not ns.topic:
@@ -93,6 +106,58 @@ def _print_messages(queue: MessageQueue, signals: Signals, total: int, print_top
             return
         if queue.empty():
             out.flush()
+
+
+PEEK_N = 10  # --peek without -n
+PEEK_MAX_BODY = 1 << 20  # the peek's largest max_body: whole bodies, as tail prints them
+
+
+def peek(ns: SimpleNamespace) -> int:
+    """--peek: the next -n messages of --channel (or of each topic, without it) on every
+    broker, printed as tail prints them; nothing is consumed."""
+    if not ns.topic:
+        raise Fatal("--topic required")
+    if bool(ns.nsqd_http_address) == bool(ns.lookupd_http_address):
+        raise Fatal("--peek needs --nsqd-http-address or --lookupd-http-address (not both)")
+    n = ns.n if ns.n > 0 else PEEK_N
+    out = sys.stdout.buffer
+    for topic in ns.topic:
+        shown = 0
+        for address in _peek_brokers(ns, topic):
+            if shown >= n:
+                break
+            for body in _peek_bodies(address, topic, ns.channel, n - shown):
+                if ns.print_topic:
+                    out.write(topic.encode() + b" | ")
+                out.write(body + b"\n")
+                shown += 1
+    out.flush()
+    return 0
+
+
+def _peek_brokers(ns: SimpleNamespace, topic: str) -> list[str]:
+    """The HTTP addresses of the brokers to peek at for topic."""
+    if ns.nsqd_http_address:
+        return list(ns.nsqd_http_address)
+    try:
+        return [p.http_address for p in topic_producers(ns.lookupd_http_address, topic)]
+    except HTTPError as exc:
+        raise Fatal(str(exc)) from None
+
+
+def _peek_bodies(address: str, topic: str, channel: str, n: int) -> list[bytes]:
+    """The bodies one broker's peek shows ([] when it does not have the topic or channel)."""
+    query = {"topic": topic, "n": min(n, 1000), "max_body": PEEK_MAX_BODY}
+    path = "/topic/peek"
+    if channel:
+        query["channel"], path = channel, "/channel/peek"
+    try:
+        reply = get_json(address, f"{path}?{urlencode(query)}")
+    except HTTPError as exc:
+        if exc.status == 404:
+            return []
+        raise Fatal(str(exc)) from None
+    return [base64.b64decode(m["body"]) for m in reply.get("messages") or []]
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
 """The admin's read routes: nsqadmin's /api/topics/:topic[/:channel], /api/nodes[/:node],
-/api/counter, /api/graphite, and nsqmp's /api/stats/topics and /api/lookup (API.md)."""
+/api/counter, /api/graphite, and nsqmp's /api/stats/topics, /api/lookup and
+/api/topics/:topic/:channel/peek (API.md)."""
 from __future__ import annotations
 
 import asyncio
@@ -45,6 +46,57 @@ async def h_channel(request: web.Request) -> web.Response:
                 S.add_channel(agg, ch)
     # no broker has it: nsqadmin's nil *ChannelStats leaves only "message"
     return reply(with_errors(agg or {}, errors))
+
+
+PEEK_N, PEEK_MAX_N, PEEK_PREVIEW = 10, 1000, 256  # the page's default, a broker's bound, a body's preview
+
+
+async def h_channel_peek(request: web.Request) -> web.Response:
+    """GET /api/topics/:topic/:channel/peek (nsqmp): the next ?n= messages of the channel on
+    each broker that has it (its /channel/peek), nothing consumed; bodies cut at ?max_body=."""
+    cluster, errors = request.app[CLUSTER], Errors()
+    topic, channel = request.match_info["topic"], request.match_info["channel"]
+    try:
+        n = int(request.query.get("n", PEEK_N))
+        max_body = int(request.query.get("max_body", PEEK_PREVIEW))
+    except ValueError:
+        return error(400, "INVALID_N")
+    if not 1 <= n <= PEEK_MAX_N or not 0 <= max_body <= 1 << 20:
+        return error(400, "INVALID_N" if not 1 <= n <= PEEK_MAX_N else "INVALID_MAX_BODY")
+    qs = urlencode({"topic": topic, "channel": channel, "n": n, "max_body": max_body})
+
+    async def one(p: dict) -> dict | None:
+        node = producer_http_address(p)
+        try:
+            got = await cluster.get(f"http://{node}/channel/peek?{qs}")
+        except PeerError as exc:
+            if "TOPIC_NOT_FOUND" in str(exc) or "CHANNEL_NOT_FOUND" in str(exc):
+                return None  # this broker does not have the channel
+            raise
+        return {"node": node, "hostname": p.get("hostname", ""), **got}
+
+    try:
+        producers = await cluster.topic_producers(topic, errors)
+    except AllFailed as exc:
+        return upstream(exc)
+    results = await asyncio.gather(*(one(p) for p in producers), return_exceptions=True)
+    found, failed = [], []
+    for p, res in zip(producers, results):
+        if isinstance(res, PeerError):
+            failed.append((producer_http_address(p), str(res)))
+        elif isinstance(res, BaseException):
+            raise res
+        elif res is not None:
+            found.append(res)
+    if failed and len(failed) == len(producers):
+        return upstream(AllFailed("failed to query any nsqd: " + "\n".join(t for _, t in failed)))
+    for node, text in failed:
+        errors.add(node, text)
+    found.sort(key=lambda f: f["hostname"])
+    nodes = [{k: f.get(k) for k in ("node", "hostname", "depth", "deferred_count", "in_flight_count")}
+             for f in found]
+    messages = [{"node": f["node"], **m} for f in found for m in f.get("messages") or ()]
+    return reply(with_errors({"topic": topic, "channel": channel, "nodes": nodes, "messages": messages}, errors))
 
 
 async def h_nodes(request: web.Request) -> web.Response:
@@ -178,6 +230,7 @@ def add_routes(router: web.UrlDispatcher, base: str, proxy_graphite: bool = Fals
     """The read routes under the base path."""
     router.add_get(base + "/api/topics/{topic}", h_topic)
     router.add_get(base + "/api/topics/{topic}/{channel}", h_channel)
+    router.add_get(base + "/api/topics/{topic}/{channel}/peek", h_channel_peek)
     router.add_get(base + "/api/nodes", h_nodes)
     router.add_get(base + "/api/nodes/{node}", h_node)
     router.add_get(base + "/api/counter", h_counter)

@@ -9,6 +9,7 @@ import {
   actionBar, actionButton, e2eColumns, e2eGroups, failedRows, hostCell, memDisk, nodeLink, notice, num,
   pageHeader, rowClass, section,
 } from './common.js';
+import {peekSection} from './peek.js';
 
 /** The attribute badges of a client: sampling, TLS, deflate, snappy, auth. */
 export function clientFlags(c) {
@@ -68,6 +69,8 @@ export function mount(main, {topic, channel}, ctx) {
   main.append(header.el, bar.el, charts.el, graphite || '',
     section('Channel message queues', nodes.el, noProducers),
     section('Client connections', clients.el, noClients));
+  const peek = peekSection(topic, channel);  // nsqmp: the next messages, nothing consumed
+  main.append(peek.el);
 
   const api = apiUrl('/topics', topic, channel);
   const after = () => ctx.refreshNow();
@@ -128,7 +131,7 @@ export function mount(main, {topic, channel}, ctx) {
     title: `${topic}/${channel}`,
     async refresh() {
       const [data, history] = await Promise.all([
-        get(api), get(apiUrl('/history/topics', topic, channel)).catch(() => null)]);
+        get(api), get(apiUrl('/history/topics', topic, channel)).catch(() => null), peek.refresh()]);
       render(data);
       if (history) charts.update(history);
       return data.message;

@@ -154,9 +154,9 @@ def _peek_bodies(address: str, topic: str, channel: str, n: int) -> list[bytes]:
     try:
         reply = get_json(address, f"{path}?{urlencode(query)}")
     except HTTPError as exc:
-        if exc.status == 404:
-            return []
-        raise Fatal(str(exc)) from None
+        if exc.status == 404 and ("TOPIC_NOT_FOUND" in str(exc) or "CHANNEL_NOT_FOUND" in str(exc)):
+            return []  # this broker does not have it
+        raise Fatal(str(exc)) from None  # a plain NOT_FOUND: no peek there (nsqd)
     return [base64.b64decode(m["body"]) for m in reply.get("messages") or []]
 
 

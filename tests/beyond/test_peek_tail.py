@@ -26,3 +26,30 @@ def test_tail_peek_needs_an_http_address(broker):
     r = run("tail", "--peek", "--topic", "t", "--nsqd-tcp-address", broker.tcp_address)
     assert r.returncode == 1
     assert b"--peek needs --nsqd-http-address or --lookupd-http-address" in r.stderr
+
+
+def test_tail_peek_says_when_a_broker_has_no_peek():
+    """A server without the endpoint (nsqd answers 404 NOT_FOUND) is an error, not silence."""
+    import http.server
+    import threading
+
+    class NoPeek(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            body = b'{"message":"NOT_FOUND"}'
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NoPeek)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        r = run("tail", "--peek", "--topic", "t", "--nsqd-http-address", f"127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 1 and b"NOT_FOUND" in r.stderr, r.stderr

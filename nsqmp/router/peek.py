@@ -57,7 +57,8 @@ def _from_files(pending: FileQueue, want: int) -> Iterator[tuple]:
     """(Message, due_ns or 0) of the records of pending's ranges, in order, read back a
     bounded batch at a time (the caller stops when it has enough)."""
     batch = max(want, 16)
-    for seg, start, end, count in list(pending.ranges):
+    # (nothing changes the ranges meanwhile: the caller reads them all within one handler)
+    for seg, start, end, count in pending.ranges:
         left = count
         while start < end and left > 0:
             try:

@@ -283,3 +283,30 @@ def test_not_get_is_405(shared, method):
     for path in ("/channel/peek?topic=t&channel=c", "/topic/peek?topic=t"):
         got, body, _ = broker.http(method, path)
         assert (got, orjson.loads(body)) == (405, {"message": "METHOD_NOT_ALLOWED"})
+
+
+def test_peek_over_https(make_broker, tmp_path):
+    """Where the API is served over HTTPS, so is the peek (the same routes)."""
+    import http.client
+    import re
+    import ssl
+    import subprocess
+
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    b = make_broker("--tls-cert", str(crt), "--tls-key", str(key), "--https-address", "127.0.0.1:0")
+    make_channel(b)
+    publish(b, "t", [b"secret"])
+    port = int(re.search(r"HTTPS: listening on [\d.]+:(\d+)", b.log_text()).group(1))
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", "/channel/peek?topic=t&channel=c")
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert bodies(orjson.loads(resp.read())) == [b"secret"]
+    finally:
+        conn.close()

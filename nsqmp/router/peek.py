@@ -72,20 +72,24 @@ def _from_files(pending: FileQueue, want: int) -> Iterator[tuple]:
             yield from got
 
 
-def _queued(ready, pending: FileQueue, n: int, max_body: int, late: list) -> list[dict]:
+def _queued(ready, pending: FileQueue, n: int, max_body: int, late: list, keep: bool = True) -> list[dict]:
     """Up to n queued messages: the in-memory queue ((Message, attempts) entries), then the
     records in the files. A file record whose due time is still ahead is added to `late`
     as (due_ns, Message): the channel's refill would defer it. (Ranges hold records
-    published without a due time, so those are rare; at most n + _SLACK records are read.)"""
-    out = [_entry(m, a, "queued", max_body) for m, a in itertools.islice(ready, n)]
+    published without a due time, so those are rare; at most n + _SLACK records are read.)
+    keep False: only `late` is wanted (the queued ones are counted, not returned)."""
+    out = [_entry(m, a, "queued", max_body) for m, a in itertools.islice(ready, n)] if keep else []
     if len(out) < n and pending:
         now = time.time_ns()
-        for m, due in itertools.islice(_from_files(pending, n - len(out)), n - len(out) + _SLACK):
+        seen = len(out)
+        for m, due in itertools.islice(_from_files(pending, n - seen), n - seen + _SLACK):
             if due > now:
                 late.append((due, m))
                 continue
-            out.append(_entry(m, 0, "queued", max_body))
-            if len(out) >= n:
+            seen += 1
+            if keep:
+                out.append(_entry(m, 0, "queued", max_body))
+            if seen >= n:
                 break
     return out
 
@@ -127,7 +131,7 @@ def _answer(ready, pending: FileQueue, slots: dict, ch, request: dict, late: lis
     if state in ("queued", "all"):
         out = _queued(ready, pending, n, max_body, late)
     elif state == "deferred" and pending:  # what the files hold with a due time ahead
-        _queued((), pending, n, max_body, late)
+        _queued((), pending, n, max_body, late, keep=False)
     if state in ("deferred", "all") and len(out) < n:
         out += _deferred(slots, n - len(out), max_body, late)
     if ch is not None and state in ("in_flight", "all") and len(out) < n:

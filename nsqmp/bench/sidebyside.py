@@ -15,12 +15,15 @@ nsqd runs first on odd repetitions and nsqmp first on even ones.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
 from nsqmp.bench.nsqtools import Client
+from nsqmp.client import wire
+from nsqmp.client.sync import Connection
 from nsqmp.bench.tool import BenchFailed
 from nsqmp.launcher import Broker, Nsqd
 
@@ -89,22 +92,95 @@ def memory(broker: Broker) -> dict[str, dict[str, int]]:
 
 def _channel(broker: Broker, topic: str) -> None:
     """Create topic and channel over HTTP (nsqd's API), so the channel gets every write."""
-    q = urlencode({"topic": topic, "channel": CHANNEL})
-    status, body, _ = broker.http("POST", f"/channel/create?{q}")
-    if status != 200:
-        raise BenchFailed(f"/channel/create answered {status}: {body[:200]!r}")
+    for path, params in (("/topic/create", {"topic": topic}),
+                         ("/channel/create", {"topic": topic, "channel": CHANNEL})):
+        status, body, _ = broker.http("POST", f"{path}?{urlencode(params)}")
+        if status != 200:
+            raise BenchFailed(f"{path} answered {status}: {body[:200]!r}")
 
 
-def _depth(broker: Broker, topic: str) -> int | None:
-    """The channel's depth from /stats, or None if the broker does not say."""
+def _depth(broker: Broker, topic: str) -> tuple[int, int] | None:
+    """(the topic's depth, the channel's) from /stats, or None if the broker does not say.
+    nsqd moves a topic's messages to its channels behind the publishes: until the topic's
+    depth is 0 the channel does not hold them all."""
     try:
-        for t in broker.stats(topic=topic)["topics"]:
+        for t in broker.stats(topic=topic, channel=CHANNEL, include_clients="false")["topics"]:
             for c in t.get("channels") or []:
                 if t["topic_name"] == topic and c["channel_name"] == CHANNEL:
-                    return int(c["depth"])
+                    return int(t["depth"]), int(c["depth"])
     except (OSError, AssertionError, KeyError, ValueError):
         return None
     return None
+
+
+def _settled(broker: Broker, topic: str, timeout: float = 120.0) -> int | None:
+    """Wait until the topic's messages are all in the channel; the channel's depth then."""
+    deadline = time.monotonic() + timeout
+    while (depth := _depth(broker, topic)) is not None and depth[0] > 0:
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"the topic still held {depth[0]} messages after {timeout:g} s")
+        time.sleep(0.05)
+    return None if depth is None else depth[1]
+
+
+def fill(addr: str, topic: str, messages: int, size: int = 200, conns: int = 4) -> None:
+    """Publish messages (rounded up to MPUBs of 200) on conns connections, each waiting
+    for its OKs: the reader's backlog, the same count on every broker."""
+    cmd = wire.mpub(topic, [b"a" * size] * 200)
+    per = -(-messages // (200 * conns))
+    errors: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            with Connection.connect(addr, timeout=60) as c:
+                for _ in range(per):
+                    c.send(cmd)
+                    c.expect_ok()
+        except BaseException as exc:  # noqa: BLE001 - raised after the join
+            errors.append(exc)
+
+    threads = [threading.Thread(target=publish) for _ in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise BenchFailed(f"filling the backlog failed: {errors[0]!r}")
+
+
+def _drain(broker: Broker, client: Client, topic: str, conns: int, runfor: float) -> dict:
+    """The reader on the backlog. Its rate is the backlog over the time from the last poll
+    (every 50 ms) that saw the whole backlog to the first that saw the channel empty (no
+    client's start-up inside it); the reader's own figure if it never emptied it."""
+    backlog = _settled(broker, topic)
+    result: dict = {}
+
+    def read() -> None:
+        try:
+            result.update(client.reader(broker.tcp_address, topic, CHANNEL, conns, runfor))
+        except BenchFailed as exc:  # raised after the join
+            result["error"] = exc
+
+    t = threading.Thread(target=read)
+    t.start()
+    began = drained = None
+    while t.is_alive():
+        now, depth = time.monotonic(), _depth(broker, topic)
+        if depth is not None and drained is None:
+            if depth[1] == backlog:
+                began = now
+            elif depth == (0, 0):
+                drained = now
+        time.sleep(0.05)
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    out = {**result, "backlog": backlog, "left": (_depth(broker, topic) or (None, None))[1],
+           "reader_msgs_per_sec": result["msgs_per_sec"], "drained_after": None}
+    if began is not None and drained is not None and backlog:
+        out["drained_after"] = round(drained - began, 3)
+        out["msgs_per_sec"] = round(backlog / (drained - began), 1)
+    return out
 
 
 def _workload(broker: Broker, client: Client, w: dict, runfor: float) -> dict:
@@ -115,12 +191,14 @@ def _workload(broker: Broker, client: Client, w: dict, runfor: float) -> dict:
     _channel(broker, topic)
     if kind == "mixed":
         return client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor)
-    # reader: a backlog first, written by 4 MPUB 200 connections for half the time
-    client.writer(addr, topic, 4, 200, runfor / 2)
-    backlog = _depth(broker, topic)
-    result = client.reader(addr, topic, CHANNEL, w["conns"], runfor)
-    # left = 0 means the reader ran dry before runfor: its rate is then a lower bound
-    return {**result, "backlog": backlog, "left": _depth(broker, topic)}
+    fill(addr, topic, backlog_size(runfor))
+    return _drain(broker, client, topic, w["conns"], runfor)
+
+
+def backlog_size(runfor: float) -> int:
+    """The reader's backlog: 500,000 messages per second of runfor (4M for 8 s), the same
+    on every broker, so no reader runs dry before its time on a broker that writes slower."""
+    return max(20_000, int(500_000 * runfor))
 
 
 def run_one(target: Target, client: Client, w: dict, runfor: float) -> dict:

@@ -126,9 +126,12 @@ class Server:
 
     def stop(self) -> None:
         """End the server this object started, by its PID."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(10)
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
         if self.py is not None and self.py.pid is not None and self.py.exitcode is None:
             os.kill(self.py.pid, signal.SIGTERM)
             self.py.join(10)

@@ -101,8 +101,8 @@ def _serve_python(ready) -> None:
 class Server:
     """The answer-only server, running: ``port``, ``kind`` ("C" or "Python"); stop()."""
 
-    def __init__(self) -> None:
-        exe = program()
+    def __init__(self, native: bool = True) -> None:
+        exe = program() if native else None
         self.proc: subprocess.Popen | None = None
         self.py: mp.Process | None = None
         if exe is not None:
@@ -137,10 +137,10 @@ class Server:
             self.py.join(10)
 
 
-def measure(runfor: float, conns: int = 1, client: Client | None = None) -> dict:
+def measure(runfor: float, conns: int = 1, client: Client | None = None, size: int = 200) -> dict:
     """One-message publishes on conns connections for runfor seconds against the
-    answer-only server, with client (nsqmp's bench client by default)."""
-    client = client or OwnClient()
+    answer-only server, with client (nsqmp's bench client, size-byte messages, by default)."""
+    client = client or OwnClient(size)
     server = Server()
     try:
         result = client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor)

@@ -87,12 +87,13 @@ def test_without_nsqd_it_says_so_and_a_baseline_is_a_third_broker(tmp_path):
     assert [r["msgs_per_sec"] > 0 for r in raw["writer MPUB 200, 1 conn"]] == [True, True]
 
 
-def test_the_floor_answers_what_bench_writer_sends():
+@pytest.mark.parametrize("native", [True, False], ids=["C", "Python fallback"])
+def test_the_floor_answers_what_bench_writer_sends(native):
     """magic, IDENTIFY, a one-message MPUB (bench_writer's "PUB"), PUB, NOP: an OK for each
     command with a body, nothing for NOP, all in one piece of stream."""
-    server = floor.Server()
+    server = floor.Server(native)
     try:
-        assert server.kind == "C"
+        assert server.kind == ("C" if native else "Python")
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
             s.sendall(wire.MAGIC + wire.identify({"client_id": "writer"}) + wire.mpub("t", [b"a" * 200])
                       + wire.NOP + wire.pub("t", b"b" * 200))

@@ -1,6 +1,6 @@
 """The table `make bench` prints (nsqmp/bench/suite.py): one row per figure, a column per
-broker (medians of its runs), the ratios, each broker's runs in repetition order; the
-floor's distances below it.
+broker (medians of its runs), the ratios (of the medians, and in brackets their range
+round by round), each broker's runs in repetition order; the floor's distances below it.
 
 A row's figures come from the runs of one workload: ``msgs_per_sec``, the mixed rows' "out"
 (``msgs_out_per_sec``) and, after the reader, the broker's memory (RSS and PSS of all its
@@ -79,7 +79,7 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
             med = {lb: statistics.median(v) for lb, v in by.items() if v}
             summary[row] = med
             cells = [short(med[lb], rate) if lb in med else "failed (see below)" for lb in labels]
-            cells += [f"{med[a] / med[b]:.2f}x" if a in med and b in med and med[b] else "" for a, b in pairs]
+            cells += [_ratio(mine, figure, a, b, med) for a, b in pairs]
             spread = "; ".join(f"{lb} {', '.join(short(x, rate) for x in v)}" for lb, v in by.items() if v)
             lines.append(f"| {row} | " + " | ".join(cells) + f" | {spread} |")
     lines += _distances(chosen, summary, labels)
@@ -88,6 +88,19 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
         lines += ["", "Failed runs:", ""] + [f"- rep {r['rep']}, {r['workload']}: {r['error']} ({r['target']})"
                                            for r in failed]
     return lines, summary
+
+
+def _ratio(runs: list[dict], figure: Callable[[dict], float], a: str, b: str, med: dict) -> str:
+    """a's median over b's, and the range of the ratios round by round (a repetition's two
+    runs, next to each other in time): "2.26x (1.90-2.60)"."""
+    if a not in med or b not in med or not med[b]:
+        return ""
+    by_rep: dict[int, dict[str, float]] = {}
+    for r in runs:
+        by_rep.setdefault(r["rep"], {})[r["target"]] = figure(r)
+    rounds = [f[a] / f[b] for f in by_rep.values() if a in f and f.get(b)]
+    spread = f" ({min(rounds):.2f}-{max(rounds):.2f})" if len(rounds) > 1 else ""
+    return f"{med[a] / med[b]:.2f}x{spread}"
 
 
 def _floor_row(name: str, runs: list[dict], nlabels: int, nratios: int, summary: dict) -> str:

@@ -55,8 +55,11 @@ test: $(STAMP) $(JS_STAMP) $(STATSD_STAMP)
 test-fast: $(STAMP) $(JS_STAMP) $(STATSD_STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
+# side by side with nsqd: make bench NSQD=path/to/nsqd [BENCH_WRITER=... BENCH_READER=...] [BASELINE=dir]
 bench: $(STAMP)
-	$(BIN)/python -m nsqmp.bench.suite $(ARGS)
+	$(BIN)/python -m nsqmp.bench.suite $(if $(NSQD),--nsqd $(NSQD)) \
+	  $(if $(BENCH_WRITER),--bench-writer $(BENCH_WRITER)) $(if $(BENCH_READER),--bench-reader $(BENCH_READER)) \
+	  $(if $(BASELINE),--baseline $(BASELINE)) $(ARGS)
 
 example-config: $(RUN_STAMP)
 	$(BIN)/python -m nsqmp.config.example > deploy/nsqmp.toml.example

@@ -1,32 +1,58 @@
-"""The round-trip floor of `writer PUB, 1 conn`: the same client against a server that
-only answers.
+"""The floor of the PUB rows: the same client against a server that only answers.
 
-One PUB on one connection waits for its OK, so that row measures a round trip over
-loopback between two processes more than it measures a broker. This server is the least
-a uvloop server in Python can do per PUB: frame the command, answer OK, nothing else (no
-file, no ID, no router). Measured in the same run as the broker, it shows how much of
-the round trip is the machine's and how much is nsqmp's.
+One PUB (or bench_writer's one-message MPUB) on a connection waits for its OK, so the PUB
+rows measure round trips over loopback between processes that share the machine's cores
+more than they measure a broker. The answer-only server is the least a server can do
+per publish: native/bench/floor.c, a C program (compiled here with ``cc`` on first use,
+into build/bench-floor/), one blocking thread per connection that frames the commands and
+writes OK for each one with a body; no file, no ID, no event loop. Whatever a broker does
+on top shows as its distance to this floor (its rate as a fraction of the floor's).
 
-    nsqmp bench floor [--runfor 10] [--size 200]
+If no C compiler is found the server is a uvloop one in Python (``_AnswerOnly``), which
+is slower than the C one: the result says which server ran (``server``).
+
+    nsqmp bench floor [--runfor 10] [--conns 1] [--bench-writer PATH]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import multiprocessing as mp
 import os
+import shutil
 import signal
-from types import SimpleNamespace
+import subprocess
+from pathlib import Path
 
 from nsqmp.bench.commands import ShowDefaults
-from nsqmp.bench.tool import run
+from nsqmp.bench.nsqtools import Client, NsqTools, OwnClient
 
+_ROOT = Path(__file__).resolve().parents[2]
+_SOURCE = _ROOT / "native" / "bench" / "floor.c"
 _MAGIC = 4
 _OK = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"  # size 6, FRAME_RESPONSE, "OK"
 
 
+def program() -> Path | None:
+    """The compiled answer-only server (built once per version of its source), or None
+    without a compiler or the source."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not _SOURCE.exists():
+        return None
+    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+    exe = _ROOT / "build" / "bench-floor" / f"floor-{digest}"
+    if not exe.exists():
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        tmp = exe.with_suffix(f".{os.getpid()}")
+        subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-pthread", "-o", str(tmp), str(_SOURCE)],
+                       check=True)
+        tmp.replace(exe)
+    return exe
+
+
 class _AnswerOnly(asyncio.Protocol):
-    """Answers OK to every complete command that has a body (PUB): line, size, body."""
+    """The Python fallback: answers OK to every complete command that has a body."""
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
@@ -44,7 +70,12 @@ class _AnswerOnly(asyncio.Protocol):
         pos, oks = 0, 0
         while True:
             nl = buf.find(b"\n", pos)
-            if nl < 0 or len(buf) < nl + 5:
+            if nl < 0:
+                break
+            if buf.startswith((b"NOP", b"RDY", b"FIN", b"CLS"), pos):  # no body, no answer
+                pos = nl + 1
+                continue
+            if len(buf) < nl + 5:
                 break
             end = nl + 5 + int.from_bytes(buf[nl + 1:nl + 5], "big")
             if len(buf) < end:
@@ -55,7 +86,7 @@ class _AnswerOnly(asyncio.Protocol):
             self.transport.write(_OK * oks)
 
 
-def _serve(ready) -> None:
+def _serve_python(ready) -> None:
     import uvloop
 
     async def main() -> None:
@@ -67,32 +98,72 @@ def _serve(ready) -> None:
     uvloop.run(main())
 
 
-def measure(runfor: float, size: int = 200) -> dict:
-    """`writer PUB, 1 conn` for runfor seconds against the answer-only server."""
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    server = ctx.Process(target=_serve, args=(send,), daemon=True)
-    server.start()
-    try:
+class Server:
+    """The answer-only server, running: ``port``, ``kind`` ("C" or "Python"); stop()."""
+
+    def __init__(self, native: bool = True) -> None:
+        exe = program() if native else None
+        self.proc: subprocess.Popen | None = None
+        self.py: mp.Process | None = None
+        if exe is not None:
+            self.kind = "C"
+            self.proc = subprocess.Popen([str(exe), "0"], stdout=subprocess.PIPE, text=True)
+            line = self.proc.stdout.readline() if self.proc.stdout else ""
+            if not line.startswith("port "):
+                self.stop()
+                raise SystemExit(f"the answer-only server did not start: {line!r}")
+            self.port = int(line.split()[1])
+            return
+        self.kind = "Python"
+        ctx = mp.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        self.py = ctx.Process(target=_serve_python, args=(send,), daemon=True)
+        self.py.start()
         if not recv.poll(30):
+            self.stop()
             raise SystemExit("the answer-only server did not start")
-        port = recv.recv()
-        return run("writer", SimpleNamespace(nsqd_tcp_address=f"127.0.0.1:{port}", topic="floor",
-                                             runfor=runfor, size=size, conns=1, batch_size=1))
+        self.port = recv.recv()
+
+    def stop(self) -> None:
+        """End the server this object started, by its PID."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        if self.py is not None and self.py.pid is not None and self.py.exitcode is None:
+            os.kill(self.py.pid, signal.SIGTERM)
+            self.py.join(10)
+
+
+def measure(runfor: float, conns: int = 1, client: Client | None = None, size: int = 200) -> dict:
+    """One-message publishes on conns connections for runfor seconds against the
+    answer-only server, with client (nsqmp's bench client, size-byte messages, by default)."""
+    client = client or OwnClient(size)
+    server = Server()
+    try:
+        result = client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor)
     finally:
-        if server.pid is not None and server.exitcode is None:
-            os.kill(server.pid, signal.SIGTERM)
-        server.join(10)
+        server.stop()
+    return {**result, "server": server.kind, "memory_kib": {}}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`nsqmp bench floor`: one run, its rate and the time per round trip."""
     p = argparse.ArgumentParser(formatter_class=ShowDefaults, prog="nsqmp bench floor")
     p.add_argument("--runfor", type=float, default=10.0)
+    p.add_argument("--conns", type=int, default=1)
     p.add_argument("--size", type=int, default=200)
+    p.add_argument("--bench-writer", metavar="PATH",
+                   help="nsq's bench_writer as the client (default: nsqmp bench writer)")
     args = p.parse_args(argv)
-    r = measure(args.runfor, args.size)
-    print(f"answer-only server, PUB, 1 conn: {r['msgs_per_sec']:,.0f} msgs/s "
-          f"({1e6 / max(r['msgs_per_sec'], 1):.1f} us per round trip)")
+    client: Client = (NsqTools(args.bench_writer, "", args.size) if args.bench_writer
+                      else OwnClient(args.size))
+    r = measure(args.runfor, args.conns, client)
+    print(f"answer-only server ({r['server']}), one-message publishes, {args.conns} conn(s), "
+          f"{client.name}: {r['msgs_per_sec']:,.0f} msgs/s "
+          f"({1e6 * args.conns / max(r['msgs_per_sec'], 1):.1f} us per round trip)")
     return 0
 
 

@@ -1,219 +1,165 @@
-"""`make bench`: the standard workloads, each repeated, reported as medians and ranges.
+"""`make bench`: the standard workloads, each repeated, side by side with nsqd when one is given.
 
-Every repetition starts a fresh broker (own data dir, port 0) so runs don't inherit each
-other's backlog. The reader workload drains the backlog the MPUB writer just left on the
-same broker. After the writer, the resident and proportional set sizes of every broker
-process are read from /proc.
+Every repetition of every workload starts a fresh broker of each kind (own data dir, port
+0; nsqmp/bench/sidebyside.py): nsqmp, nsqd (``--nsqd``) and another nsqmp checkout
+(``--baseline``), their order turned by one each repetition (nsqd first on odd ones, nsqmp
+first on even ones), so a ratio compares runs of the same hour. With nsq's own tools
+(``--bench-writer``/``--bench-reader``) every broker is driven by them, else by nsqmp's
+bench client (nsqmp/bench/nsqtools.py). The reader drains the backlog 4 MPUB writers left
+on the same broker; broker memory is read from /proc after each run (every process of
+the broker summed). The floor rows run the same client against an answer-only server
+(nsqmp/bench/floor.py). Without --nsqd the table holds nsqmp's figures alone and says so.
 
     python -m nsqmp.bench.suite [--reps 3] [--runfor 10] [--only NAME ...] [--out DIR]
+        [--nsqd PATH [--bench-writer PATH --bench-reader PATH]] [--baseline DIR]
 """
 from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
-import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import orjson
 
 from nsqmp.bench import floor
 from nsqmp.bench.commands import ShowDefaults
-from nsqmp.bench.tool import BenchFailed, run
-from nsqmp.launcher import Broker
+from nsqmp.bench.nsqtools import Client, NsqTools, OwnClient
+from nsqmp.bench.sidebyside import NSQD_FLAGS, Target, memory, order, run_one
+from nsqmp.bench.suitetable import render
 
-# name, kind, conns, batch size, broker flags, nsqd 1.3.0 on this machine kind (msgs/s), topic
+__all__ = ["WORKLOADS", "main", "memory", "one", "write_results"]
+
+_FLOOR = "answer-only server (the round-trip floor, no broker)"
+
+
+def _w(name: str, kind: str, conns: int, batch: int, flags: tuple[str, ...] = (),
+       topic: str = "sub_bench") -> dict:
+    return {"name": name, "kind": kind, "conns": conns, "batch": batch, "flags": flags, "topic": topic}
+
+
+# the issue-24 table first (its order), then nsqmp's storage variants
 WORKLOADS = [
-    ("writer MPUB 200, 1 conn", "writer", 1, 200, (), 129_600, "sub_bench"),
-    ("writer MPUB 200, 4 conns", "writer", 4, 200, (), 142_100, "sub_bench"),
-    ("writer PUB, 1 conn", "writer", 1, 1, (), 16_700, "sub_bench"),
-    # no broker: the same client against a server that only answers OK (nsqmp/bench/floor.py),
-    # the machine's round trip that day, for the row above
-    ("writer PUB, 1 conn, answer-only server (the round-trip floor, no broker)", "floor", 1, 1, (),
-     16_700, ""),
-    ("writer PUB, 4 conns", "writer", 4, 1, (), 24_800, "sub_bench"),
-    ("reader, 2 conns, draining", "reader", 2, 0, (), 130_200, "sub_bench"),
-    ("4 MPUB writers + 2 readers at once (in)", "mixed", 4, 200, (), 177_600, "sub_bench"),
-    ("writer MPUB 200, 4 conns, mem-queue-size 0 (everything on disk)", "writer", 4, 200,
-     ("--mem-queue-size", "0"), 142_400, "sub_bench"),
-    # nsqd's everything-in-memory run (mem-queue-size 1,000,000): the same flags, on a
-    # durable topic (files in the page cache, at most 10,000 objects per queue) ...
-    ("writer MPUB 200, 4 conns, mem-queue-size 1,000,000 (nsqd's all-in-memory flags)", "writer", 4, 200,
-     ("--mem-queue-size", "1000000"), 333_500, "sub_bench"),
-    # ... and an #ephemeral topic, nsqmp's memory-only path (1,000,000 held, more dropped)
-    ("writer MPUB 200, 4 conns, #ephemeral (memory only)", "writer", 4, 200,
-     ("--mem-queue-size", "1000000"), 333_500, "sub_bench#ephemeral"),
+    _w("writer MPUB 200, 4 conns", "writer", 4, 200),
+    _w("writer MPUB 200, 1 conn", "writer", 1, 200),
+    _w("writer PUB, 1 conn", "writer", 1, 1),
+    # no broker: the same client against a server that only answers OK, for the row above
+    _w(f"writer PUB, 1 conn, {_FLOOR}", "floor", 1, 1),
+    _w("writer PUB, 4 conns", "writer", 4, 1),
+    _w(f"writer PUB, 4 conns, {_FLOOR}", "floor", 4, 1),
+    # its rows include the broker's memory after it
+    _w("reader, 2 conns, draining", "reader", 2, 0),
+    # two rows: in (the writers) and out (the readers)
+    _w("4 MPUB writers + 2 readers at once (in)", "mixed", 4, 200),
+    _w("writer MPUB 200, 4 conns, mem-queue-size 0 (everything on disk)", "writer", 4, 200,
+       ("--mem-queue-size", "0")),
+    # nsqd's everything-in-memory flags; nsqmp keeps a durable topic in files (page cache) ...
+    _w("writer MPUB 200, 4 conns, mem-queue-size 1,000,000 (nsqd's all-in-memory flags)", "writer", 4, 200,
+       ("--mem-queue-size", "1000000")),
+    # ... and an #ephemeral topic in memory only (1,000,000 held, more dropped)
+    _w("writer MPUB 200, 4 conns, #ephemeral (memory only)", "writer", 4, 200,
+       ("--mem-queue-size", "1000000"), "sub_bench#ephemeral"),
 ]
-
-
-def memory(broker: Broker) -> dict[str, dict[str, int]]:
-    """RSS and PSS (KiB) of the supervisor and each child, by process title."""
-    procs = {"nsqmp supervisor": broker.proc.pid, **broker.children()}
-    out = {}
-    for title, pid in procs.items():
-        fields = {}
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                key, _, rest = line.partition(":")
-                if key in ("Rss", "Pss"):
-                    fields[key.lower()] = int(rest.split()[0])
-        except FileNotFoundError:
-            continue
-        out[title] = fields
-    return out
-
-
-def _mixed(addr: str, conns: int, batch: int, runfor: float) -> dict:
-    """Writers and readers on one topic at the same time; returns the writers' result
-    with the readers' rate as msgs_out_per_sec."""
-    import threading
-
-    from nsqmp.client.sync import Connection
-
-    with Connection.connect(addr) as c:
-        c.identify()
-        c.sub("sub_bench", "ch")
-    results: dict = {}
-    w = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor, size=200,
-                        conns=conns, batch_size=batch)
-    r = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", channel="ch", runfor=runfor,
-                        size=200, conns=2, rdy=2500, max_messages=0)
-    def read() -> None:
-        try:
-            results["reader"] = run("reader", r)
-        except BenchFailed as exc:  # the writers' result says it, after the join
-            results["reader_error"] = exc
-
-    t = threading.Thread(target=read)
-    t.start()
-    results["writer"] = run("writer", w)
-    t.join()
-    if "reader_error" in results:
-        raise results["reader_error"]
-    out = results["writer"]
-    out["msgs_out_per_sec"] = results["reader"]["msgs_per_sec"]
-    return out
 
 
 def one(name: str, kind: str, conns: int, batch: int, flags, runfor: float, workdir: Path,
         topic: str = "sub_bench") -> dict:
-    broker = Broker(workdir / "data", *flags, log_path=workdir / "broker.log").start()
-    try:
-        addr = broker.tcp_address
-        if kind == "mixed":
-            result = _mixed(addr, conns, batch, runfor)
-            result["memory_kib"] = memory(broker)
-            result["name"] = name
-            return result
-        if kind == "reader":
-            # fill a backlog first: as many messages as the reader could take in runfor
-            fill = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", runfor=runfor / 2,
-                                   size=200, conns=4, batch_size=200)
-            # the channel must exist before the writes so it receives them
-            from nsqmp.client.sync import Connection
+    """One run of a workload on a fresh nsqmp started with flags (nsqmp bench tuning's
+    call; workdir is unused: each run has its own temporary one)."""
+    result = run_one(Target("nsqmp"), OwnClient(), _w(name, kind, conns, batch, tuple(flags), topic), runfor)
+    if "error" in result:
+        from nsqmp.bench.tool import BenchFailed
 
-            with Connection.connect(addr) as c:
-                c.identify()
-                c.sub("sub_bench", "ch")
-            run("writer", fill)
-            args = SimpleNamespace(nsqd_tcp_address=addr, topic="sub_bench", channel="ch", runfor=runfor,
-                                   size=200, conns=conns, rdy=2500, max_messages=0)
-        else:
-            args = SimpleNamespace(nsqd_tcp_address=addr, topic=topic, runfor=runfor, size=200,
-                                   conns=conns, batch_size=batch)
-        result = run(kind, args)
-        result["memory_kib"] = memory(broker)
-        result["name"] = name
-        return result
-    finally:
-        code = broker.stop()
-        if code != 0:
-            raise BenchFailed(f"broker exited with {code}; log in {workdir / 'broker.log'}")
+        raise BenchFailed(result["error"])
+    return {**result, "name": name}
 
 
 def parser() -> argparse.ArgumentParser:
     """`nsqmp bench suite`'s options."""
     p = argparse.ArgumentParser(prog="nsqmp bench suite", formatter_class=ShowDefaults,
-                                description="The standard workloads (make bench), each on a fresh broker, "
-                                            "repeated; a Markdown table of medians and ranges.")
-    p.add_argument("--reps", type=int, default=3, help="runs of each workload")
+                                description="The standard workloads (make bench), each on fresh brokers, "
+                                            "repeated; side by side with nsqd when --nsqd is given.")
+    p.add_argument("--reps", type=int, default=3, help="runs of each workload on each broker")
     p.add_argument("--runfor", type=float, default=10.0, help="seconds each run publishes or reads")
     p.add_argument("--only", action="append", default=[], help="substring of workload names to run")
     p.add_argument("--out", default="bench-results", help="folder for the table and the raw figures")
     p.add_argument("--broker-args", default="", metavar="ARGS",
-                   help="more options for every broker started, e.g. '--acceptor-nice 5' (tuning)")
+                   help="more options for every nsqmp started, e.g. '--acceptor-nice 5' (tuning)")
+    p.add_argument("--nsqd", metavar="PATH", help="an nsqd binary to run side by side (nsqd 1.3.0: "
+                   "../shared/tools/build-nsq.sh builds it)")
+    p.add_argument("--bench-writer", metavar="PATH", help="nsq's bench_writer: drives every broker "
+                   "(with --bench-reader)")
+    p.add_argument("--bench-reader", metavar="PATH", help="nsq's bench_reader (with --bench-writer)")
+    p.add_argument("--baseline", metavar="DIR", help="another nsqmp checkout (built in place), run as a "
+                   "third broker with PYTHONPATH=DIR: before / after / nsqd in one command")
     return p
 
 
-def run_workload(name: str, kind: str, conns: int, batch: int, flags, runfor: float, topic: str) -> dict:
-    """One run of one workload; a failure (a connection's error, the broker's exit code)
-    comes back as {"name", "error"} so the suite goes on with the next."""
-    try:
-        if kind == "floor":
-            return {**floor.measure(runfor), "memory_kib": {}, "name": name}
-        with tempfile.TemporaryDirectory(prefix="nsqmp-bench-") as tmp:
-            return one(name, kind, conns, batch, flags, runfor, Path(tmp), topic)
-    except (BenchFailed, SystemExit, Exception) as exc:  # noqa: BLE001 - reported by name, then on
-        return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
+def _targets(args) -> list[Target]:
+    extra = shlex.split(args.broker_args)
+    targets = [Target("nsqd", nsqd=args.nsqd)] if args.nsqd else []
+    targets.append(Target("nsqmp", extra=extra))
+    if args.baseline:
+        targets.append(Target("baseline", checkout=args.baseline, extra=extra))
+    return targets
+
+
+def _say(rep: int, reps: int, name: str, label: str, r: dict) -> None:
+    if "error" in r:
+        print(f"rep {rep}/{reps} {name}: FAILED: {r['error']} [{label}]", flush=True)
+        return
+    out = f", out {r['msgs_out_per_sec']:,.0f}" if "msgs_out_per_sec" in r else ""
+    slowest = r.get("slowest_answer_ms")
+    wait = "" if slowest is None else f" (slowest answer {slowest:,.1f} ms)"
+    print(f"rep {rep}/{reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s{out}{wait} [{label}]", flush=True)
+
+
+def measure(args, chosen: list[dict], targets: list[Target], client: Client) -> list[dict]:
+    """Every run: for each repetition, each workload on each target in that repetition's
+    order (the floor once per repetition). Each run's record carries its workload, rep,
+    target and position in the order."""
+    runs: list[dict] = []
+    for rep in range(args.reps):
+        for w in chosen:
+            if w["kind"] == "floor":
+                try:
+                    r = floor.measure(args.runfor, w["conns"], client)
+                except Exception as exc:  # noqa: BLE001 - reported with the run, then on
+                    r = {"error": f"{type(exc).__name__}: {exc}"}
+                sequence = [("floor", r)]
+            else:
+                sequence = [(t.label, run_one(t, client, w, args.runfor)) for t in order(targets, rep)]
+            for position, (label, r) in enumerate(sequence):
+                _say(rep + 1, args.reps, w["name"], label, r)
+                runs.append({"workload": w["name"], "rep": rep + 1, "target": label,
+                             "position": position, **r})
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the chosen workloads --reps times; 1 if any run failed (the table says which)."""
-    args = parser().parse_args(argv)
-    extra = shlex.split(args.broker_args)
-    chosen = [w for w in WORKLOADS if not args.only or any(s in w[0] for s in args.only)]
-    results: dict[str, list[dict]] = {w[0]: [] for w in chosen}
-    failed: list[tuple[int, str, str]] = []  # (rep, workload, error)
-    for rep in range(args.reps):
-        for name, kind, conns, batch, flags, _, topic in chosen:
-            r = run_workload(name, kind, conns, batch, [*flags, *extra], args.runfor, topic)
-            if "error" in r:
-                failed.append((rep + 1, name, r["error"]))
-                print(f"rep {rep + 1}/{args.reps} {name}: FAILED: {r['error']}", flush=True)
-                continue
-            results[name].append(r)
-            slowest = r.get("slowest_answer_ms")
-            wait = "" if slowest is None else f" (slowest answer {slowest:,.1f} ms)"
-            print(f"rep {rep + 1}/{args.reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s{wait}", flush=True)
-    lines = [
-        f"nsqmp bench suite, {time.strftime('%Y-%m-%d %H:%M')}, {args.reps} runs of {args.runfor:g} s, 200-byte messages",
-        "",
-        "| workload | nsqmp msgs/s (median) | range | nsqd 1.3.0 | ratio | broker PSS after (MiB, median) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, kind, conns, batch, flags, nsqd, _ in chosen:
-        lines += _rows(name, kind, nsqd, results[name])
-    if failed:
-        lines += ["", "Failed runs:", ""] + [f"- rep {rep}, {name}: {error}" for rep, name, error in failed]
-    runs = results[chosen[0][0]] if chosen else []
-    if runs:
-        last = runs[-1]["memory_kib"]
-        lines += ["", f"Memory after '{chosen[0][0]}' (last run), KiB:", "",
-                  "| process | RSS | PSS |", "|---|---|---|"]
-        for title, m in sorted(last.items()):
-            lines.append(f"| {title} | {m.get('rss', 0):,} | {m.get('pss', 0):,} |")
-    write_results(args.out, "", lines, {**results, "failed": [list(f) for f in failed]})
+    """Run the chosen workloads --reps times on every broker; 1 if any run failed (the
+    table says which)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if bool(args.bench_writer) != bool(args.bench_reader):
+        p.error("--bench-writer and --bench-reader go together")
+    targets = _targets(args)
+    client: Client = (NsqTools(args.bench_writer, args.bench_reader) if args.bench_writer
+                      else OwnClient())
+    chosen = [w for w in WORKLOADS if not args.only or any(s in w["name"] for s in args.only)]
+    runs = measure(args, chosen, targets, client)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "reps": args.reps, "runfor": args.runfor,
+            "client": client.name, "targets": [t.label for t in targets], "nsqd": args.nsqd,
+            "nsqd_flags": list(NSQD_FLAGS) if args.nsqd else None, "baseline": args.baseline,
+            "broker_args": args.broker_args}
+    lines, summary = render(meta, chosen, runs)
+    failed = [[r["rep"], r["workload"], r["error"], r["target"]] for r in runs if "error" in r]
+    # by workload name: nsqmp's runs (the floor's for a floor row), as before side by side
+    own = {w["name"]: [r for r in runs if r["workload"] == w["name"] and "error" not in r
+                       and r["target"] in ("nsqmp", "floor")] for w in chosen}
+    write_results(args.out, "", lines, {**own, "failed": failed, "meta": meta, "runs": runs,
+                                        "summary": summary})
     return 1 if failed else 0
-
-
-def _rows(name: str, kind: str, nsqd: int, runs: list[dict]) -> list[str]:
-    """The table's row(s) of one workload: medians and ranges of its runs that worked."""
-    if not runs:
-        return [f"| {name} | failed (see below) | | {nsqd:,} | | |"]
-    rates = [r["msgs_per_sec"] for r in runs]
-    med = statistics.median(rates)
-    pss = statistics.median(sum(m.get("pss", 0) for m in r["memory_kib"].values()) for r in runs)
-    mib = "" if kind == "floor" else f"{pss / 1024:,.0f}"
-    rows = [f"| {name} | {med:,.0f} | {min(rates):,.0f} - {max(rates):,.0f} | {nsqd:,} | "
-            f"{med / nsqd:.2f}x | {mib} |"]
-    if kind == "mixed":
-        outs = [r["msgs_out_per_sec"] for r in runs]
-        med_out = statistics.median(outs)
-        rows.append(f"| {name.replace('(in)', '(out)')} | {med_out:,.0f} | {min(outs):,.0f} - "
-                    f"{max(outs):,.0f} | 176,300 | {med_out / 176_300:.2f}x | |")
-    return rows
 
 
 def write_results(out_dir: str, prefix: str, lines: list[str], raw: dict) -> None:

@@ -1,0 +1,143 @@
+/*
+ * bench/floor.c -- the answer-only server of `nsqmp bench floor` and of the
+ * floor rows of `make bench` (nsqmp/bench/floor.py compiles it with cc on
+ * first use; it is a program, not part of any extension: nothing ships it).
+ *
+ * It is the least a server can do per publish on this machine: no broker, no
+ * file, no ID, no event loop.  One thread per connection blocks in read(2),
+ * frames whatever whole commands the bytes hold and answers OK to each one
+ * that carries a body (IDENTIFY without feature negotiation, PUB, MPUB, DPUB:
+ * all a bench_writer or nsqmp's bench writer sends), with one write(2) for
+ * all of them.  Bodiless commands (NOP, ...) get no answer, as in nsqd.
+ *
+ *   stream:  "  V2" then commands:  LINE "\n" [size:u32be body]
+ *   answer:  [size=6:u32be][FRAME_RESPONSE=0:u32be]["OK"]
+ *
+ * Usage: floor [port]  (0 or none: any free port).  Prints "port N\n" on
+ * stdout once it listens on 127.0.0.1; runs until killed.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAGIC_LEN 4
+#define BUF_SIZE (1 << 20)
+#define OK_LEN 10
+
+static const char OK_FRAME[OK_LEN] = {0, 0, 0, 6, 0, 0, 0, 0, 'O', 'K'};
+
+/* Commands whose line is followed by a size and a body. */
+static int
+has_body(const char *line, size_t len)
+{
+    static const char *const with_body[] = {"IDENTIFY", "PUB ", "MPUB ", "DPUB ", "AUTH"};
+    for (size_t i = 0; i < sizeof with_body / sizeof *with_body; i++) {
+        size_t n = strlen(with_body[i]);
+        if (len >= n && memcmp(line, with_body[i], n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int
+write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void *
+serve(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char *buf = malloc(BUF_SIZE);
+    char *out = malloc(BUF_SIZE / 8 * OK_LEN);
+    size_t have = 0, skip = MAGIC_LEN;
+    if (buf == NULL || out == NULL)
+        goto done;
+    for (;;) {
+        ssize_t r = read(fd, buf + have, BUF_SIZE - have);
+        if (r <= 0)
+            break;
+        have += (size_t)r;
+        size_t pos = 0, oks = 0;
+        if (skip) {
+            size_t s = have < skip ? have : skip;
+            pos += s;
+            skip -= s;
+        }
+        for (;;) {
+            char *nl = memchr(buf + pos, '\n', have - pos);
+            if (nl == NULL)
+                break;
+            size_t line = (size_t)(nl - (buf + pos)), end = pos + line + 1;
+            if (has_body(buf + pos, line)) {
+                if (have - end < 4)
+                    break;
+                const unsigned char *s = (const unsigned char *)buf + end;
+                uint32_t size = (uint32_t)s[0] << 24 | (uint32_t)s[1] << 16 | (uint32_t)s[2] << 8 | s[3];
+                if (size > BUF_SIZE - 64)
+                    goto done;  /* more than one read buffer: not a bench's command */
+                if (have - end - 4 < size)
+                    break;
+                end += 4 + size;
+                memcpy(out + oks * OK_LEN, OK_FRAME, OK_LEN);
+                oks++;
+            }
+            pos = end;
+        }
+        if (oks && write_all(fd, out, oks * OK_LEN) < 0)
+            break;
+        memmove(buf, buf + pos, have - pos);
+        have -= pos;
+    }
+done:
+    free(buf);
+    free(out);
+    close(fd);
+    return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+    int port = argc > 1 ? atoi(argv[1]) : 0, one = 1;
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(ls, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(ls, 128) < 0) {
+        perror("floor: listen");
+        return 1;
+    }
+    socklen_t len = sizeof addr;
+    getsockname(ls, (struct sockaddr *)&addr, &len);
+    printf("port %d\n", ntohs(addr.sin_port));
+    fflush(stdout);
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        pthread_t t;
+        if (pthread_create(&t, NULL, serve, (void *)(intptr_t)fd) != 0) {
+            close(fd);
+            continue;
+        }
+        pthread_detach(t);
+    }
+}

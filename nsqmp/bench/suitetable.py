@@ -1,0 +1,130 @@
+"""The table `make bench` prints (nsqmp/bench/suite.py): one row per figure, a column per
+broker (medians of its runs), the ratios (of the medians, and in brackets their range
+round by round), each broker's runs in repetition order; the floor's distances below it.
+
+A row's figures come from the runs of one workload: ``msgs_per_sec``, the mixed rows' "out"
+(``msgs_out_per_sec``) and, after the reader, the broker's memory (RSS and PSS of all its
+processes summed, MiB).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+_PSS = "broker memory after the reader, PSS (MiB, all processes)"
+_RSS = "broker memory after the reader, RSS (MiB, all processes)"
+
+
+def _mem(key: str) -> Callable[[dict], float]:
+    return lambda r: sum(m.get(key, 0) for m in r["memory_kib"].values()) / 1024
+
+
+def _figures(w: dict) -> list[tuple[str, Callable[[dict], float], bool]]:
+    """(row name, how a run gives its figure, is a rate) of each row of workload w."""
+    rate = (w["name"], lambda r: r["msgs_per_sec"], True)
+    if w["kind"] == "mixed":
+        return [rate, (w["name"].replace("(in)", "(out)"), lambda r: r["msgs_out_per_sec"], True)]
+    if w["kind"] == "reader":
+        return [rate, (_RSS, _mem("rss"), False), (_PSS, _mem("pss"), False)]
+    return [rate]
+
+
+def short(x: float, rate: bool = True) -> str:
+    """1.83M, 23.7k, 512; memory in whole MiB."""
+    if not rate:
+        return f"{x:,.0f}"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    return f"{x / 1e3:.1f}k" if x >= 1e4 else f"{x:,.0f}"
+
+
+def _ratios(labels: list[str]) -> list[tuple[str, str]]:
+    """(numerator, denominator) of the ratio columns."""
+    pairs = [("nsqmp", "nsqd")] if "nsqd" in labels else []
+    if "baseline" in labels:
+        pairs.append(("nsqmp", "baseline"))
+    return pairs
+
+
+def _header(meta: dict) -> list[str]:
+    labels = meta["targets"]
+    head = [f"nsqmp bench suite, {meta['date']}, {meta['reps']} runs of {meta['runfor']:g} s per workload "
+            f"and broker, 200-byte messages, a fresh broker per run; client: {meta['client']}", ""]
+    if "nsqd" in labels:
+        head += [f"Side by side: {', '.join(labels)}, alternated run by run (the order turns by one "
+                 f"each repetition: {labels[0]} first on the first). nsqd: {meta['nsqd']} "
+                 f"{' '.join(meta['nsqd_flags'])} (nsqmp's defaults).", ""]
+    else:
+        head += ["No side-by-side ran: no nsqd was given (make bench NSQD=/path/to/nsqd, built by "
+                 "../shared/tools/build-nsq.sh). The figures are nsqmp's alone; no ratio to nsqd.", ""]
+    if meta.get("baseline"):
+        head += [f"baseline: the nsqmp checkout {meta['baseline']}.", ""]
+    return head
+
+
+def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str], dict]:
+    """The Markdown lines and the medians ({row: {label: median}})."""
+    labels, pairs = meta["targets"], _ratios(meta["targets"])
+    cols = labels + [f"{a} / {b}" for a, b in pairs]
+    lines = _header(meta) + ["| workload | " + " | ".join(cols) + " | runs |",
+                             "|---" * (len(cols) + 2) + "|"]
+    summary: dict[str, dict[str, float]] = {}
+    for w in chosen:
+        mine = [r for r in runs if r["workload"] == w["name"] and "error" not in r]
+        if w["kind"] == "floor":
+            lines.append(_floor_row(w["name"], mine, len(labels), len(pairs), summary))
+            continue
+        for row, figure, rate in _figures(w):
+            by = {lb: [figure(r) for r in mine if r["target"] == lb] for lb in labels}
+            med = {lb: statistics.median(v) for lb, v in by.items() if v}
+            summary[row] = med
+            cells = [short(med[lb], rate) if lb in med else "failed (see below)" for lb in labels]
+            cells += [_ratio(mine, figure, a, b, med) for a, b in pairs]
+            spread = "; ".join(f"{lb} {', '.join(short(x, rate) for x in v)}" for lb, v in by.items() if v)
+            lines.append(f"| {row} | " + " | ".join(cells) + f" | {spread} |")
+    lines += _distances(chosen, summary, labels)
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        lines += ["", "Failed runs:", ""] + [f"- rep {r['rep']}, {r['workload']}: {r['error']} ({r['target']})"
+                                           for r in failed]
+    return lines, summary
+
+
+def _ratio(runs: list[dict], figure: Callable[[dict], float], a: str, b: str, med: dict) -> str:
+    """a's median over b's, and the range of the ratios round by round (a repetition's two
+    runs, next to each other in time): "2.26x (1.90-2.60)"."""
+    if a not in med or b not in med or not med[b]:
+        return ""
+    by_rep: dict[int, dict[str, float]] = {}
+    for r in runs:
+        by_rep.setdefault(r["rep"], {})[r["target"]] = figure(r)
+    rounds = [f[a] / f[b] for f in by_rep.values() if a in f and f.get(b)]
+    spread = f" ({min(rounds):.2f}-{max(rounds):.2f})" if len(rounds) > 1 else ""
+    return f"{med[a] / med[b]:.2f}x{spread}"
+
+
+def _floor_row(name: str, runs: list[dict], nlabels: int, nratios: int, summary: dict) -> str:
+    """The floor's median in every broker column: the same server bounds each of them."""
+    if not runs:
+        return f"| {name} | failed (see below) |" + " |" * (nlabels + nratios)
+    rates = [r["msgs_per_sec"] for r in runs]
+    med = statistics.median(rates)
+    summary[name] = {"floor": med}
+    server = runs[0].get("server", "C")
+    return (f"| {name} | " + " | ".join([short(med)] * nlabels + [""] * nratios) +
+            f" | floor ({server} server) {', '.join(short(x) for x in rates)} |")
+
+
+def _distances(chosen: list[dict], summary: dict, labels: list[str]) -> list[str]:
+    """Each broker's PUB rate as a fraction of the floor of its row."""
+    out = []
+    for w in chosen:
+        if w["kind"] != "floor" or w["name"] not in summary:
+            continue
+        row = w["name"].split(", answer-only")[0]
+        med = summary[w["name"]]["floor"]
+        if row in summary and med:
+            parts = [f"{lb} {summary[row][lb] / med:.2f}" for lb in labels if lb in summary[row]]
+            out.append(f"- {row}: the answer-only floor {med:,.0f} msgs/s; of it: {', '.join(parts)}")
+    return ["", "Distance to the floor (a broker's rate as a fraction of the floor's, same client):", ""] + out \
+        if out else []

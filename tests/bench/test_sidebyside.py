@@ -1,0 +1,133 @@
+"""`make bench` side by side (issue 24): brokers alternated run by run, one table with a
+column per broker, the ratios and the floor.
+
+CI has no nsqd, so the "nsqd" here is nsqmp's own nsqd-compatible entry point
+(`nsqmp-nsqd`, which takes nsqd's Go flags) driven by nsqmp's bench client; one test runs
+nsq 1.3.0's real nsqd, bench_writer and bench_reader when $NSQ_BIN has them."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from nsqmp.bench import floor
+from nsqmp.bench.nsqtools import go_duration, parse_result
+from nsqmp.client import wire
+
+ROOT = Path(__file__).resolve().parents[2]
+NSQMP_NSQD = shutil.which("nsqmp-nsqd", path=str(Path(sys.executable).parent))
+FLOOR_PUB1 = "writer PUB, 1 conn, answer-only server (the round-trip floor, no broker)"
+
+
+def _nsq_bin(name: str) -> str | None:
+    where = os.environ.get("NSQ_BIN")
+    path = Path(where) / name if where else None
+    return str(path) if path and path.exists() else None
+
+
+def suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run `python -m nsqmp.bench.suite` with args; its output and its JSON."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "nsqmp.bench.suite", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    (raw,) = out.glob("*.json")
+    return proc, orjson.loads(raw.read_bytes())
+
+
+def row(stdout: str, name: str) -> list[str]:
+    """The cells of the table's row for name."""
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith(f"| {name} |")]
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NSQMP_NSQD is None, reason="the nsqmp-nsqd entry point is not installed beside python")
+def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
+    """nsqmp-nsqd as the "nsqd", 2 reps: both columns, the ratio, every run, the reader's
+    memory rows, the floor row and the distances; nsqd first on rep 1, nsqmp on rep 2."""
+    proc, raw = suite(tmp_path, "--reps", "2", "--runfor", "1", "--nsqd", NSQMP_NSQD,
+                      "--only", "writer PUB, 1 conn", "--only", "reader, 2 conns")
+    assert proc.returncode == 0, proc.stdout
+    assert "| workload | nsqd | nsqmp | nsqmp / nsqd | runs |" in proc.stdout
+    assert "--mem-queue-size=10000 --sync-every=2500" in proc.stdout  # nsqd's flags, said
+    for name in ("writer PUB, 1 conn", "reader, 2 conns, draining",
+                 "broker memory after the reader, PSS (MiB, all processes)"):
+        cells = row(proc.stdout, name)
+        ratio, rounds = cells[3].split(" ")  # the medians' ratio, the rounds' range
+        assert ratio.endswith("x") and float(ratio[:-1]) > 0 and rounds.startswith("("), cells
+        assert cells[4].startswith("nsqd ") and "; nsqmp " in cells[4]
+    floor_cells = row(proc.stdout, FLOOR_PUB1)
+    assert floor_cells[1] == floor_cells[2] and "floor (C server)" in floor_cells[4]
+    (distance,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("- writer PUB, 1 conn: the answer-only")]
+    assert "of it: nsqd " in distance and ", nsqmp " in distance  # their fractions of the floor
+    pub = [(r["rep"], r["position"], r["target"]) for r in raw["runs"] if r["workload"] == "writer PUB, 1 conn"]
+    assert pub == [(1, 0, "nsqd"), (1, 1, "nsqmp"), (2, 0, "nsqmp"), (2, 1, "nsqd")]
+    readers = [r for r in raw["runs"] if r["workload"] == "reader, 2 conns, draining"]
+    assert all(r["backlog"] == 500_000 and r["msgs_per_sec"] > 0 for r in readers)
+    assert raw["meta"]["targets"] == ["nsqd", "nsqmp"] and raw["summary"]["writer PUB, 1 conn"]["nsqd"] > 0
+
+
+def test_without_nsqd_it_says_so_and_a_baseline_is_a_third_broker(tmp_path):
+    """No --nsqd: nsqmp's figures and a plain sentence that no side-by-side ran, no ratio to
+    nsqd; --baseline (here this very checkout) adds a column and nsqmp / baseline."""
+    proc, raw = suite(tmp_path, "--reps", "2", "--runfor", "0.5", "--baseline", str(ROOT),
+                      "--only", "writer MPUB 200, 1 conn")
+    assert proc.returncode == 0, proc.stdout
+    assert "No side-by-side ran: no nsqd was given" in proc.stdout
+    assert "| workload | nsqmp | baseline | nsqmp / baseline | runs |" in proc.stdout
+    assert "nsqd" not in row(proc.stdout, "writer MPUB 200, 1 conn")[3]
+    order = [(r["rep"], r["target"]) for r in raw["runs"]]
+    assert order == [(1, "nsqmp"), (1, "baseline"), (2, "baseline"), (2, "nsqmp")]
+    assert [r["msgs_per_sec"] > 0 for r in raw["writer MPUB 200, 1 conn"]] == [True, True]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C", "Python fallback"])
+def test_the_floor_answers_what_bench_writer_sends(native):
+    """magic, IDENTIFY, a one-message MPUB (bench_writer's "PUB"), PUB, NOP: an OK for each
+    command with a body, nothing for NOP, all in one piece of stream."""
+    server = floor.Server(native)
+    try:
+        assert server.kind == ("C" if native else "Python")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            s.sendall(wire.MAGIC + wire.identify({"client_id": "writer"}) + wire.mpub("t", [b"a" * 200])
+                      + wire.NOP + wire.pub("t", b"b" * 200))
+            got = b""
+            while len(got) < 30:
+                got += s.recv(100)
+        assert got == b"\x00\x00\x00\x06\x00\x00\x00\x00OK" * 3
+    finally:
+        server.stop()
+
+
+def test_nsq_tool_lines_are_parsed():
+    """bench_writer's and bench_reader's result line, Go durations included."""
+    assert go_duration("8.000154s") == pytest.approx(8.000154)
+    assert go_duration("1m0.5s") == 60.5 and go_duration("950ms") == pytest.approx(0.95)
+    r = parse_result("writer", "[bench_writer] 2026/11/24 21:00:00 duration: 8.0001s - 34.332mb/s - "
+                               "180000.000ops/s - 5.555us/op\n")
+    assert r["msgs_per_sec"] == 180000.0 and r["messages"] == 1440018 and r["seconds"] == 8.0
+
+
+NSQ = {n: _nsq_bin(n) for n in ("nsqd", "bench_writer", "bench_reader")}
+
+
+@pytest.mark.skipif(not all(NSQ.values()),
+                    reason="nsq 1.3.0's nsqd, bench_writer and bench_reader not in $NSQ_BIN "
+                           "(../shared/tools/build-nsq.sh builds them; CI has no copy of their sources)")
+def test_one_real_row_with_nsqs_own_tools(tmp_path):
+    """The real nsqd and nsq's tools: the PUB row and its floor, both brokers, a ratio."""
+    proc, raw = suite(tmp_path, "--reps", "1", "--runfor", "1", "--nsqd", NSQ["nsqd"],
+                      "--bench-writer", NSQ["bench_writer"], "--bench-reader", NSQ["bench_reader"],
+                      "--only", "writer PUB, 1 conn")
+    assert proc.returncode == 0, proc.stdout
+    assert "client: nsq 1.3.0's bench_writer/bench_reader" in proc.stdout
+    cells = row(proc.stdout, "writer PUB, 1 conn")
+    assert cells[3].endswith("x")
+    assert raw["summary"][FLOOR_PUB1]["floor"] > 0

@@ -16,6 +16,7 @@ import orjson
 
 from nsqmp.acceptor.http_admin import ADMIN_ROUTES
 from nsqmp.acceptor.http_info import h_config, h_info, h_ping
+from nsqmp.acceptor.http_log import LOG_ROUTES
 from nsqmp.acceptor.http_metrics import h_metrics
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
 from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
@@ -147,4 +148,5 @@ ROUTES = {
     "/stats": (("GET",), h_stats),
     "/metrics": (("GET",), h_metrics),
     **ADMIN_ROUTES,
+    **LOG_ROUTES,  # nsqmp's own: a topic read as a log
 }

@@ -10,7 +10,7 @@ of a record). The file work runs on the loop's executor, never on the event loop
         at or after the point (latest, the default: the end, where the next record goes)
 
     GET /topic/log?topic=T&partition=P[&from=SEQ:OFFSET][&to=SEQ:OFFSET][&n=N][&max_bytes=B]
-                  [&format=json|binary]
+                  [&format=json|binary|next]
         the records of stream P from `from` (default "0:0": the earliest retained) and
         before `to` (default: the end), at most N (default 1000, capped at 100,000) and
         about B bytes (default 4 MiB, capped at 64 MiB; at least one record)
@@ -27,38 +27,27 @@ first one returned are gone (expired or finished by every channel: the reader de
 whether that is a failure, like Kafka's failOnDataLoss). A DPUB's record is in the log at
 its publish position with its due time in `deferred_until` (null for others).
 
-format=binary (application/octet-stream, what the Spark source reads: no per-record
-encoding on the broker, records exactly as in the segment file)::
+format=next answers only {"next", "earliest", "skipped", "count"}: where a read of N records
+would end (the Spark driver bounds a micro-batch with it without moving any body).
 
-    LOG_HEAD, 40 bytes, little-endian
-    +------+---------+-------+------+----------+-----------+--------------+---------------+--------+
-    | NQLG | version | flags | rsvd | next_seq | next_off  | earliest_seq | earliest_off  | chunks |
-    | 4s   | u8 = 1  | u8    | u16  | u32      | u64       | u32          | u64           | u32    |
-    +------+---------+-------+------+----------+-----------+--------------+---------------+--------+
-      flags bit 0: skipped;  then `chunks` times:
-    LOG_CHUNK, 16 bytes: seq u32, offset u64 (of its first record), size u32; then `size` bytes of
-      whole segment records, back to back (nsqmp.layouts: length word, crc, [due], message header, body)
+format=binary (application/octet-stream, what the Spark source reads: the records exactly
+as in the segment files, no per-record encoding on the broker): drawn in
+nsqmp.diskqueue.logread (LOG_HEAD, LOG_CHUNK).
 """
 from __future__ import annotations
 
 import base64
 import re
-import struct
 from datetime import datetime
 
 import orjson
 
 from nsqmp.acceptor.http_request import JSON, HttpError, Request, check_params
 from nsqmp.diskqueue.layout import topic_dir
-from nsqmp.diskqueue.logread import (LogReader, Position, format_position, iter_records, parse_position,
-                                     streams)
+from nsqmp.diskqueue.logread import (LOG_CHUNK, LOG_HEAD, LOG_MAGIC, LOG_VERSION, SKIPPED, LogReader, Position,
+                                     format_position, iter_records, parse_position, streams)
 from nsqmp.protocol.names import is_ephemeral, is_valid_name
 
-LOG_MAGIC = b"NQLG"
-LOG_VERSION = 1
-LOG_HEAD = struct.Struct("<4sBBHIQIQI")
-LOG_CHUNK = struct.Struct("<IQI")
-SKIPPED = 1
 BINARY = b"application/octet-stream"
 
 DEFAULT_N = 1000
@@ -189,13 +178,16 @@ async def h_log(server, req: Request):
     n = _int_arg(req, "n", DEFAULT_N, MAX_N)
     max_bytes = _int_arg(req, "max_bytes", DEFAULT_MAX_BYTES, MAX_MAX_BYTES)
     fmt = req.query.get("format") or "json"
-    if fmt not in ("json", "binary"):
+    if fmt not in ("json", "binary", "next"):
         raise HttpError(400, "INVALID_FORMAT")
     answer = await server.loop.run_in_executor(None, _read, tdir, int(raw), start, stop, n, max_bytes)
     if answer is None:
         raise HttpError(404, "TOPIC_NOT_FOUND")
     if fmt == "binary":
         return 200, _binary(answer), BINARY
+    if fmt == "next":
+        return 200, orjson.dumps({"next": format_position(answer.next), "earliest": format_position(answer.earliest),
+                                  "skipped": answer.skipped, "count": answer.count}), JSON
     return 200, await server.loop.run_in_executor(None, _json, topic, int(raw), answer), JSON
 
 

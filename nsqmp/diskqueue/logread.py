@@ -18,6 +18,18 @@ answer, and checks each record's CRC-32C before returning it:
 * a file deleted before or while it is read (retention, or finished by every channel)
   moves the read to the next retained file, and the answer says "skipped".
 
+The binary form of a read (GET /topic/log?format=binary, application/octet-stream; what the
+Spark source reads: no per-record encoding on the broker, records exactly as in the file)::
+
+    LOG_HEAD, 36 bytes, little-endian
+    +------+---------+-------+------+----------+-----------+--------------+---------------+--------+
+    | NQLG | version | flags | rsvd | next_seq | next_off  | earliest_seq | earliest_off  | chunks |
+    | 4s   | u8 = 1  | u8    | u16  | u32      | u64       | u32          | u64           | u32    |
+    +------+---------+-------+------+----------+-----------+--------------+---------------+--------+
+      flags bit 0: skipped;  then `chunks` times:
+    LOG_CHUNK, 16 bytes: seq u32, offset u64 (of its first record), size u32; then `size` bytes of
+      whole segment records, back to back (nsqmp.layouts: length word, crc, [due], message header, body)
+
 Imports nothing of ours but the layouts and the segment module's record checks.
 """
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 
 import crc32c as _crc32c
@@ -32,6 +45,12 @@ import crc32c as _crc32c
 from nsqmp.diskqueue.segment import _next_valid, parse_name, segment_path
 from nsqmp.layouts import (DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER_SIZE,
                            SEGMENT_MAGIC)
+
+LOG_MAGIC = b"NQLG"
+LOG_VERSION = 1
+LOG_HEAD = struct.Struct("<4sBBHIQIQI")  # 36 bytes
+LOG_CHUNK = struct.Struct("<IQI")  # 16 bytes
+SKIPPED = 1  # LOG_HEAD flags
 
 Position = tuple[int, int]
 START: Position = (0, 0)  # the start of a stream: its earliest retained record

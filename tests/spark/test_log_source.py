@@ -19,7 +19,6 @@ from tests.spark.helpers import channel_stats, make_channel, publish
 
 pytestmark = [
     pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
-    pytest.mark.slow,
 ]
 
 
@@ -64,6 +63,7 @@ def _rows(spark, out: Path) -> list:
     return spark.read.parquet(str(out)).select("body", "partition", "offset").collect()
 
 
+@pytest.mark.slow
 def test_offsets_two_queries_and_channels_untouched(spark, logbroker, tmp_path):
     make_channel(logbroker.tcp_address, "lg", "keep")  # a channel nobody reads: its depth must not move
     first = _bodies("a", 1200)
@@ -107,6 +107,7 @@ def test_offsets_two_queries_and_channels_untouched(spark, logbroker, tmp_path):
             for c in t["channels"]] == ["keep"]
 
 
+@pytest.mark.slow
 def test_restart_from_checkpoint_continues_exactly(spark, logbroker, tmp_path):
     _spread(logbroker, "rs", _bodies("a", 900))
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -119,6 +120,7 @@ def test_restart_from_checkpoint_continues_exactly(spark, logbroker, tmp_path):
     assert sorted(r.body for r in rows) == sorted(_bodies("a", 900) + _bodies("b", 500))
 
 
+@pytest.mark.slow
 def test_kill_an_acceptor_while_reading(spark, logbroker, tmp_path):
     bodies = _bodies("k", 6000)
     _spread(logbroker, "kl", bodies, conns=8)
@@ -152,3 +154,38 @@ def test_kill_an_acceptor_while_reading(spark, logbroker, tmp_path):
     rows = _rows(spark, tmp_path / "out")
     assert len(rows) == len(bodies)
     assert sorted(r.body for r in rows) == sorted(bodies)
+
+
+def test_options_of_log_mode():
+    from nsqmp.spark.options import NSQOptionError, log_options, read_mode
+
+    assert read_mode({}) == "channel" and read_mode({"MODE": "Log"}) == "log"
+    with pytest.raises(NSQOptionError, match="mode must be 'channel' or 'log'"):
+        read_mode({"mode": "tail"})
+    with pytest.raises(NSQOptionError, match="nsqdHttp is required in log mode"):
+        log_options({"topic": "t"}, streaming=True)
+    with pytest.raises(NSQOptionError, match="endingOffsets is for batch reads only"):
+        log_options({"nsqdhttp": "127.0.0.1:4151", "topic": "t", "endingoffsets": "latest"}, streaming=True)
+    with pytest.raises(NSQOptionError, match="failOnDataLoss must be true or false"):
+        log_options({"nsqdhttp": "127.0.0.1:4151", "topic": "t", "failondataloss": "maybe"}, streaming=True)
+    o = log_options({"nsqdhttp": "127.0.0.1:4151", "topic": "t"}, streaming=False)
+    assert (o.starting, o.ending, o.fail_on_data_loss, o.max_per_trigger) == ("earliest", "latest", True, None)
+    assert log_options({"nsqdhttp": "127.0.0.1:4151", "topic": "t"}, streaming=True).starting == "latest"
+
+
+def test_json_offsets_and_data_loss(spark, logbroker, tmp_path):
+    bodies = _bodies("j", 400)
+    publish(logbroker.tcp_address, "dl", bodies, batch=40)  # one connection: one stream
+    (part, end), = logbroker.get("/topic/offsets?topic=dl")["partitions"].items()
+    rows = _log_df(spark, logbroker, "dl", False, startingOffsets=f'{{"{part}": "1:64"}}').collect()
+    files = sorted((logbroker.data_path / "topics" / "dl").glob(f"{int(part):02d}.*.seg"))
+    assert 0 < len(rows) < 400 and all(not r.offset.startswith("0:") for r in rows)
+    assert sorted(r.body for r in rows) == sorted(bodies)[400 - len(rows):]
+    ending = _log_df(spark, logbroker, "dl", False, endingOffsets=f'{{"{part}": "1:64"}}').collect()
+    assert len(ending) + len(rows) == 400
+    os.unlink(files[0])  # expired: a query that had to start there lost data
+    earlier = f'{{"{part}": "0:64"}}'
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        _log_df(spark, logbroker, "dl", False, startingOffsets=earlier).collect()
+    kept = _log_df(spark, logbroker, "dl", False, startingOffsets=earlier, failOnDataLoss="false").collect()
+    assert len(kept) == len(rows)

@@ -84,20 +84,22 @@ def streams(topic_dir: str) -> dict[int, list[int]]:
     return out
 
 
-def _map(path: str) -> mmap.mmap | None:
-    """The file mapped read-only, or None if it is gone, empty or not (yet) a segment."""
+def _map(path: str) -> tuple[mmap.mmap | None, int]:
+    """(the file mapped read-only, its inode), or (None, 0) if it is gone, empty or not (yet)
+    a segment. The inode tells a file from a later one of the same name (a topic deleted
+    and made again starts its sequences at 0 again)."""
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < SEGMENT_HEADER_SIZE:
-                return None
-            data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+            st = os.fstat(f.fileno())
+            if st.st_size < SEGMENT_HEADER_SIZE:
+                return None, 0
+            data = mmap.mmap(f.fileno(), st.st_size, prot=mmap.PROT_READ)
     except (FileNotFoundError, ValueError):
-        return None
+        return None, 0
     if data[:4] != SEGMENT_MAGIC:  # created, header not written yet
         data.close()
-        return None
-    return data
+        return None, 0
+    return data, st.st_ino
 
 
 def _valid(data, view: memoryview, pos: int) -> int:
@@ -137,8 +139,9 @@ class LogReader:
     was found valid (files only grow), so finding a stream's end does not re-check it."""
 
     def __init__(self, cache_files: int = 4096) -> None:
-        self._valid_to: dict[str, int] = {}
-        self._resync: dict[tuple[str, int], int] = {}
+        # (path, inode) -> (the last record found valid, its end): checked up to there
+        self._valid_to: dict[tuple[str, int], tuple[int, int]] = {}
+        self._resync: dict[tuple[str, int, int], int] = {}  # (path, inode, damaged at) -> next valid
         self._cache_files = cache_files
 
     # -- the points of a stream -------------------------------------------------------------
@@ -149,13 +152,17 @@ class LogReader:
         """The end of the stream: where its next record will be."""
         if not seqs:
             return START
-        path = segment_path(topic_dir, acceptor, seqs[-1])
-        with _Mapped(path) as m:
-            pos = max(SEGMENT_HEADER_SIZE, self._valid_to.get(path, 0))
-            if m.data is not None:
-                for _pos, pos in self._walk(m, pos, True):
-                    pass
-                self._remember(path, pos)
+        with _Mapped(segment_path(topic_dir, acceptor, seqs[-1])) as m:
+            if m.data is None:
+                return seqs[-1], SEGMENT_HEADER_SIZE
+            last, pos = self._valid_to.get(m.key, (0, SEGMENT_HEADER_SIZE))
+            if last and _valid(m.data, m.view, last) != pos:
+                last, pos = 0, SEGMENT_HEADER_SIZE  # another file of that name (and inode): start over
+            for last, pos in self._walk(m, pos, True):
+                pass
+            if len(self._valid_to) >= self._cache_files and m.key not in self._valid_to:
+                self._valid_to.clear()  # a cache: a bound is enough
+            self._valid_to[m.key] = (last, pos)
         return seqs[-1], pos
 
     def at_time(self, topic_dir: str, acceptor: int, seqs: list[int], ts_ns: int) -> Position:
@@ -164,11 +171,15 @@ class LogReader:
         Files are searched by their first record's time (a stream is stamped in order,
         give or take a clock step), then records one by one from the last file that
         starts before ts_ns."""
-        first = 0
-        for i, seq in enumerate(seqs):
-            ts = self._first_ts(segment_path(topic_dir, acceptor, seq))
-            if ts is not None and ts < ts_ns:
-                first = i
+        lo, hi = 0, len(seqs)  # binary search: the last file whose first record is before ts_ns
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            ts = self._first_ts(segment_path(topic_dir, acceptor, seqs[mid]))
+            if ts is None or ts < ts_ns:  # None: gone meanwhile (or empty), look later
+                lo = mid
+            else:
+                hi = mid
+        first = lo
         newest = seqs[-1] if seqs else -1
         for seq in seqs[first:]:
             with _Mapped(segment_path(topic_dir, acceptor, seq)) as m:
@@ -245,35 +256,30 @@ class LogReader:
                 continue
             if newest:
                 return  # still being written: the end of what is readable
-            pos = self._skip_damage(m.path, data, pos)
+            pos = self._skip_damage(m, pos)
             if pos < 0:
                 return  # the rest of this finished file is empty
 
-    def _skip_damage(self, path: str, data, pos: int) -> int:
+    def _skip_damage(self, m: "_Mapped", pos: int) -> int:
         """Where the next valid record after a damaged one is in a finished file (-1: none);
         remembered, since the search can take a while."""
-        key = (path, pos)
+        key = (*m.key, pos)
         found = self._resync.get(key)
-        if found is None:
-            found = _next_valid(data, pos)
+        if found is None or (found >= 0 and not _valid(m.data, m.view, found)):
+            found = _next_valid(m.data, pos)
             if len(self._resync) >= self._cache_files:
                 self._resync.clear()
             self._resync[key] = found
         return found
 
-    def _remember(self, path: str, pos: int) -> None:
-        if len(self._valid_to) >= self._cache_files and path not in self._valid_to:
-            self._valid_to.clear()  # a cache: a bound is enough
-        self._valid_to[path] = pos
-
 
 class _Mapped:
     """A segment file mapped read-only for a with-block: data (None if the file is gone,
-    empty or has no header yet) and a view of it."""
+    empty or has no header yet), a view of it, and key: (path, inode) for the caches."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.data = _map(path)
+        self.data, inode = _map(path)
+        self.key = (path, inode)
         self.view = memoryview(self.data) if self.data is not None else None
 
     def __enter__(self) -> "_Mapped":

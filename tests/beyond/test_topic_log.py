@@ -215,3 +215,14 @@ def test_deleted_file_is_reported_skipped(one):
     os.unlink(files[2])  # a hole in the middle
     got = _log(one, topic="dl", partition=0, **{"from": "2:64"})
     assert got["skipped"] is True and got["records"][0]["offset"] == "3:64"
+
+
+def test_a_topic_made_again_starts_a_new_log(one):
+    _publish(one, "re", [b"old" * 30] * 20)
+    old_end = one.get("/topic/offsets?topic=re")["partitions"]["0"]  # remembered by the acceptor
+    assert one.http("POST", "/topic/delete?topic=re")[0] == 200
+    _publish(one, "re", [b"new"])
+    new_end = one.get("/topic/offsets?topic=re")["partitions"]["0"]
+    assert new_end != old_end
+    records, end, _ = _read_all(one, "re")
+    assert [base64.b64decode(r["body"]) for r in records] == [b"new"] and end == new_end

@@ -10,13 +10,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import crc32c
 import orjson
 import pytest
 
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
-from nsqmp.diskqueue.logread import LOG_CHUNK, LOG_HEAD, LOG_MAGIC, SKIPPED, parse_position
+from nsqmp.diskqueue.logread import LOG_CHUNK, LOG_HEAD, LOG_MAGIC, parse_position
 from nsqmp.diskqueue.segment import encode
 from nsqmp.layouts import MESSAGE_HEAD
 from tests.harness import Broker, wait_for

@@ -138,12 +138,13 @@ async def h_offsets(server, req: Request):
 
 
 # -- /topic/log --------------------------------------------------------------------------------
-def _read(tdir: str, partition: int, start: Position, stop: Position | None, n: int, max_bytes: int):
+def _read(tdir: str, partition: int, start: Position, stop: Position | None, n: int, max_bytes: int,
+          with_data: bool):
     try:
         seqs = streams(tdir).get(partition, [])
     except FileNotFoundError:
         return None
-    return _READER.read(tdir, partition, seqs, start, n, max_bytes, stop)
+    return _READER.read(tdir, partition, seqs, start, n, max_bytes, stop, with_data)
 
 
 def _binary(answer) -> bytes:
@@ -180,7 +181,8 @@ async def h_log(server, req: Request):
     fmt = req.query.get("format") or "json"
     if fmt not in ("json", "binary", "next"):
         raise HttpError(400, "INVALID_FORMAT")
-    answer = await server.loop.run_in_executor(None, _read, tdir, int(raw), start, stop, n, max_bytes)
+    answer = await server.loop.run_in_executor(None, _read, tdir, int(raw), start, stop, n, max_bytes,
+                                               fmt != "next")
     if answer is None:
         raise HttpError(404, "TOPIC_NOT_FOUND")
     if fmt == "binary":

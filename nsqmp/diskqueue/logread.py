@@ -198,9 +198,10 @@ class LogReader:
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, topic_dir: str, acceptor: int, seqs: list[int], start: Position, n: int,
-             max_bytes: int, stop: Position | None = None) -> Answer:
+             max_bytes: int, stop: Position | None = None, with_data: bool = True) -> Answer:
         """Up to n records (and about max_bytes, at least one record) from start, before
-        stop if given; the records as Chunks of file bytes."""
+        stop if given; the records as Chunks of file bytes (none if not with_data: only
+        where the read ends and how many records it found)."""
         answer = Answer(earliest=self.earliest(seqs), next=start)
         if not seqs:
             return answer
@@ -228,16 +229,18 @@ class LogReader:
                 for rpos, end in self._walk(m, pos, seq == newest):
                     if (stop is not None and (seq, rpos) >= stop) or answer.count >= n \
                             or (answer.count and size + end - rpos > max_bytes):
-                        self._chunk(answer, seq, m.data, first, last)
+                        if with_data:
+                            self._chunk(answer, seq, m.data, first, last)
                         return answer
-                    if rpos != last:  # a new run of contiguous records (damage was skipped)
+                    if rpos != last and with_data:  # a new run of records (damage was skipped)
                         self._chunk(answer, seq, m.data, first, last)
                         first = rpos
                     last = end
                     size += end - rpos
                     answer.count += 1
                     answer.next = (seq, end)
-                self._chunk(answer, seq, m.data, first, last)
+                if with_data:
+                    self._chunk(answer, seq, m.data, first, last)
         return answer
 
     @staticmethod

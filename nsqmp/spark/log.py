@@ -150,6 +150,7 @@ def resolve(client: LogClient, spec: str) -> dict[str, str]:
 # -- executors: one stream range -----------------------------------------------------------------
 @dataclass
 class LogRange:
+    """What one Spark partition reads: stream `partition` from position start up to end."""
     partition: int
     start: str
     end: str
@@ -240,6 +241,8 @@ def ranges(start: dict, end: dict) -> list[InputPartition]:
 
 # -- streaming -----------------------------------------------------------------------------------
 class NSQLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """readStream in log mode: the driver side asks for positions only (module docstring)."""
+
     def __init__(self, opts: LogOptions) -> None:
         self.opts = opts
         self.client = LogClient(opts)
@@ -288,6 +291,8 @@ class NSQLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # -- batch ---------------------------------------------------------------------------------------
 class NSQLogBatchReader(DataSourceReader):
+    """spark.read in log mode: startingOffsets to endingOffsets, resolved when planned."""
+
     def __init__(self, opts: LogOptions) -> None:
         self.opts = opts
 

@@ -54,6 +54,7 @@ LOG_ARROW_SCHEMA = pa.schema([
     ("deferred_until", pa.timestamp("us", tz="UTC")),
 ])
 START = "0:0"
+FILL_ROWS = 8192  # an executor yields Arrow batches of at least this many rows (but the last)
 
 
 class NSQLogError(RuntimeError):
@@ -203,6 +204,8 @@ def read_range(opts: LogOptions, rng: LogRange):
     client = LogClient(opts)
     cur, end = rng.start, rng.end
     stuck = 0
+    held: list[pa.RecordBatch] = []  # small answers are gathered: each batch yielded costs Spark a lot
+    rows = 0
     try:
         while _pos(cur) < _pos(end):
             status, body = client.get("/topic/log", {
@@ -218,15 +221,27 @@ def read_range(opts: LogOptions, rng: LogRange):
                     "set failOnDataLoss=false to go on from what is retained")
             nxt_text = f"{nxt[0]}:{nxt[1]}"
             if count:
-                yield batch
+                held.append(batch)
+                rows += count
+                if rows >= FILL_ROWS:
+                    yield _combine(held)
+                    held, rows = [], 0
             if nxt_text == cur and not count:
                 stuck += 1  # nothing readable yet up to end: cannot happen unless files vanish
                 if stuck > 50:
                     raise NSQLogError(f"nsq log: partition {rng.partition} makes no progress at {cur} (end {end})")
                 time.sleep(0.1)
             cur = nxt_text
+        if held:
+            yield _combine(held)
     finally:
         client.close()
+
+
+def _combine(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def ranges(start: dict, end: dict) -> list[InputPartition]:

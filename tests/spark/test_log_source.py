@@ -122,13 +122,13 @@ def test_restart_from_checkpoint_continues_exactly(spark, logbroker, tmp_path):
 
 @pytest.mark.slow
 def test_kill_an_acceptor_while_reading(spark, logbroker, tmp_path):
-    bodies = _bodies("k", 6000)
+    bodies = _bodies("k", 12000)
     _spread(logbroker, "kl", bodies, conns=8)
     stop = threading.Event()
     kills = []
 
     def killer() -> None:
-        while not stop.is_set():
+        while not stop.is_set() and len(kills) < 4:
             time.sleep(0.3)  # pacing: let the readers get going between kills
             for title in ("nsqmp acceptor 0", "nsqmp acceptor 1"):
                 if stop.is_set():
@@ -144,13 +144,13 @@ def test_kill_an_acceptor_while_reading(spark, logbroker, tmp_path):
     th.start()
     try:
         # many small requests, so the kills land in the middle of the reads
-        df = _log_df(spark, logbroker, "kl", True, startingOffsets="earliest", maxOffsetsPerTrigger=1500,
-                     requestRecords=50)
+        df = _log_df(spark, logbroker, "kl", True, startingOffsets="earliest", maxOffsetsPerTrigger=2000,
+                     requestRecords=20)
         _run(df, tmp_path / "out", tmp_path / "ckpt")
     finally:
         stop.set()
         th.join(20)
-    assert kills
+    assert len(kills) >= 2, kills  # both acceptors died at least once while the query read
     rows = _rows(spark, tmp_path / "out")
     assert len(rows) == len(bodies)
     assert sorted(r.body for r in rows) == sorted(bodies)

@@ -16,6 +16,7 @@ import orjson
 
 from nsqmp.acceptor.http_admin import ADMIN_ROUTES
 from nsqmp.acceptor.http_info import h_config, h_info, h_ping
+from nsqmp.acceptor.http_log import LOG_ROUTES
 from nsqmp.acceptor.http_metrics import h_metrics
 from nsqmp.acceptor.http_peek import PEEK_ROUTES
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
@@ -149,4 +150,5 @@ ROUTES = {
     "/metrics": (("GET",), h_metrics),
     **ADMIN_ROUTES,
     **PEEK_ROUTES,  # /channel/peek, /topic/peek (nsqmp's, issue 23)
+    **LOG_ROUTES,  # nsqmp's own: a topic read as a log
 }

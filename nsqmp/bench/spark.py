@@ -2,6 +2,11 @@
 
     .venv/bin/python -m nsqmp.bench.spark                      # own broker, 1,000,000 x 200 B, both sinks
     .venv/bin/python -m nsqmp.bench.spark --nsqd 127.0.0.1:4150 --messages 500000 --sink noop
+    .venv/bin/python -m nsqmp.bench.spark --source both --sink noop   # mode=log against the channel
+
+--source: "channel" (the default: consume on channel "spark"), "log" (mode=log: the topic
+read as a log over HTTP, no channel; maxOffsetsPerTrigger = --max-per-batch) or "both": the
+log read first, then the channel read, of the same published topic.
 
 For each sink: publish N messages to a fresh topic (one connection, MPUB of --batch-size,
 as `nsqmp bench writer` does), then drain them with a streaming query
@@ -48,13 +53,20 @@ def _publish(address: str, topic: str, n: int, size: int, batch: int) -> float:
     return n / (time.monotonic() - started)
 
 
-def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch: int) -> dict:
-    df = (spark.readStream.format("nsq").option("nsqd", address).option("topic", topic)
-          .option("channel", "spark").option("maxMessagesPerBatch", max_per_batch)
-          .option("idleTimeoutMs", 1000).options(**_EXTRA).load())
-    writer = df.writeStream.format(sink).option("checkpointLocation", str(out / f"{topic}-ckpt"))
+def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch: int,
+           source: str = "channel", http_address: str = "") -> dict:
+    if source == "log":
+        df = (spark.readStream.format("nsq").option("mode", "log").option("nsqdHttp", http_address)
+              .option("topic", topic).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", max_per_batch).options(**_EXTRA).load())
+    else:
+        df = (spark.readStream.format("nsq").option("nsqd", address).option("topic", topic)
+              .option("channel", "spark").option("maxMessagesPerBatch", max_per_batch)
+              .option("idleTimeoutMs", 1000).options(**_EXTRA).load())
+    name = f"{topic}-{source}"
+    writer = df.writeStream.format(sink).option("checkpointLocation", str(out / f"{name}-ckpt"))
     if sink == "parquet":
-        writer = writer.option("path", str(out / topic))
+        writer = writer.option("path", str(out / name))
     started = time.monotonic()
     q = writer.trigger(availableNow=True).start()
     q.awaitTermination()
@@ -67,7 +79,7 @@ def _drain(spark, address: str, topic: str, sink: str, out: Path, max_per_batch:
     steady_rows = sum(p["numInputRows"] for p in later)
     steady_ms = sum(p["durationMs"]["triggerExecution"] for p in later)
     return {
-        "sink": sink, "rows": rows, "batches": len(progress), "wall_s": round(wall, 2),
+        "source": source, "sink": sink, "rows": rows, "batches": len(progress), "wall_s": round(wall, 2),
         "wall_rows_per_s": round(rows / wall),
         "steady_rows_per_s": round(steady_rows / (steady_ms / 1000)) if steady_ms else None,
         "batch_rows": [p["numInputRows"] for p in progress],
@@ -79,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nsqmp bench spark", formatter_class=ShowDefaults,
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--nsqd", help="nsqd TCP address; default: start a private broker on 127.0.0.1")
+    p.add_argument("--nsqd-http", help="the broker's HTTP address (--source log/both with --nsqd)")
+    p.add_argument("--source", choices=("channel", "log", "both"), default="channel",
+                   help="read through a channel, as a log (mode=log), or both on the same topic")
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--size", type=int, default=200, help="message size in bytes")
     p.add_argument("--batch-size", type=int, default=200, help="messages per MPUB")
@@ -96,29 +111,35 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="nsqmp-spark-bench-"))
     broker = None
     try:
-        address = args.nsqd
+        address, http_address = args.nsqd, args.nsqd_http or ""
         if address is None:
             from nsqmp.launcher import Broker
 
             broker = Broker(work / "broker-data").start()
-            address = broker.tcp_address
+            address, http_address = broker.tcp_address, broker.http_address
+        sources = ("log", "channel") if args.source == "both" else (args.source,)
+        if "log" in sources and not http_address:
+            raise SystemExit("--source log needs --nsqd-http with --nsqd")
         spark = local_session("nsqmp-spark-bench", scratch=work / "scratch")
         stamp = int(time.time())
         if args.warmup:
             _publish(address, f"spark_bench_warmup_{stamp}", args.warmup, args.size, args.batch_size)
-            _drain(spark, address, f"spark_bench_warmup_{stamp}", "noop", work, args.max_per_batch)
+            for source in sources:
+                _drain(spark, address, f"spark_bench_warmup_{stamp}", "noop", work, args.max_per_batch,
+                       source, http_address)
         sinks = ("noop", "parquet") if args.sink == "both" else (args.sink,)
         for sink in sinks:
             topic = f"spark_bench_{sink}_{stamp}"
             pub_rate = _publish(address, topic, args.messages, args.size, args.batch_size)
-            result = _drain(spark, address, topic, sink, work, args.max_per_batch)
-            result.update(messages=args.messages, size=args.size, publish_msgs_per_s=round(pub_rate))
-            print(f"[spark_bench] sink={sink} messages={args.messages} size={args.size}B "
-                  f"batches={result['batches']} wall={result['wall_s']}s "
-                  f"wall_rate={result['wall_rows_per_s']} rows/s steady_rate={result['steady_rows_per_s']} rows/s "
-                  f"(published at {result['publish_msgs_per_s']} msgs/s)", flush=True)
-            if args.json:
-                sys.stdout.write(orjson.dumps(result).decode() + "\n")
+            for source in sources:  # the log first: it leaves the channel's messages where they are
+                result = _drain(spark, address, topic, sink, work, args.max_per_batch, source, http_address)
+                result.update(messages=args.messages, size=args.size, publish_msgs_per_s=round(pub_rate))
+                print(f"[spark_bench] source={source} sink={sink} messages={args.messages} size={args.size}B "
+                      f"batches={result['batches']} wall={result['wall_s']}s "
+                      f"wall_rate={result['wall_rows_per_s']} rows/s steady_rate={result['steady_rows_per_s']} rows/s "
+                      f"(published at {result['publish_msgs_per_s']} msgs/s)", flush=True)
+                if args.json:
+                    sys.stdout.write(orjson.dumps(result).decode() + "\n")
         spark.stop()
     finally:
         if broker is not None:

@@ -7,7 +7,9 @@
     df = (spark.readStream.format("nsq").option("nsqd", "127.0.0.1:4150")
           .option("topic", "orders").option("channel", "spark").load())
 
-Streaming and batch reads and writes; semantics and options in docs/spark.md.
+Streaming and batch reads and writes; semantics and options in docs/spark.md. With
+option("mode", "log") (nsqmp only) a topic is read as a log, like Spark's Kafka source:
+offsets in the checkpoint, no channel (nsqmp/spark/log.py, docs/beyond-nsq.md).
 """
 from __future__ import annotations
 

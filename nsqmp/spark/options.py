@@ -199,3 +199,74 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         batch_size=_int(options, "batchSize", 500, 1, 100_000),
         connect_timeout_ms=_int(options, "connectTimeoutMs", 5000, 1),
     )
+
+
+# -- log mode: option("mode", "log") -------------------------------------------------------------
+# The topic read as a log over the broker's HTTP API (nsqmp only; nsqmp/spark/log.py), like
+# Spark's Kafka source: no channel, no FIN, offsets in the checkpoint. Options:
+#   nsqdHttp              the broker's HTTP address (several: alternatives, tried in turn)
+#   topic                 the topic
+#   startingOffsets       earliest | latest (default) | RFC 3339 time | unix ns |
+#                         JSON {"0": "SEQ:OFFSET" | "earliest" | "latest", ...}; a partition
+#                         the JSON leaves out, or one that appears later, starts at its earliest
+#   endingOffsets         batch reads only: latest (default) | a time | JSON as above
+#   maxOffsetsPerTrigger  most records per micro-batch (default: all there are)
+#   failOnDataLoss        true (default): fail when records between two offsets are gone
+#                         (expired or finished); false: go on from what is retained
+#   requestRecords        records per HTTP request of an executor (default 10000)
+#   requestBytes          bytes per HTTP request (default 8 MiB)
+#   httpTimeoutMs         one request's timeout (default 30000)
+#   retryTimeoutMs        how long an executor or the driver retries a broker that does not
+#                         answer (an acceptor restarting) before failing (default 60000)
+DEFAULT_LOG_REQUEST_RECORDS = 10_000
+DEFAULT_LOG_REQUEST_BYTES = 8 << 20
+
+
+def read_mode(options: Mapping[str, str]) -> str:
+    """"channel" (the default: consume through an NSQ channel) or "log"."""
+    mode = (_get(options, "mode") or "channel").strip().lower()
+    if mode not in ("channel", "log"):
+        raise NSQOptionError(f"nsq: option mode must be 'channel' or 'log', got {mode!r}")
+    return mode
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    http_addresses: tuple[str, ...]
+    topic: str
+    starting: str = "latest"
+    ending: str = "latest"
+    max_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    request_records: int = DEFAULT_LOG_REQUEST_RECORDS
+    request_bytes: int = DEFAULT_LOG_REQUEST_BYTES
+    http_timeout_ms: int = 30_000
+    retry_timeout_ms: int = 60_000
+
+
+def log_options(options: Mapping[str, str], streaming: bool) -> LogOptions:
+    raw = _get(options, "nsqdHttp")
+    if raw is None or not str(raw).strip():
+        raise NSQOptionError(
+            "nsq: option nsqdHttp is required in log mode: the broker's HTTP address, e.g. "
+            ".option(\"nsqdHttp\", \"127.0.0.1:4151\")")
+    addresses = parse_addresses(raw)
+    topic = _name(options, "topic", "the topic to read")
+    starting = (_get(options, "startingOffsets") or ("latest" if streaming else "earliest")).strip()
+    ending = (_get(options, "endingOffsets") or "latest").strip()
+    if streaming and _get(options, "endingOffsets") is not None:
+        raise NSQOptionError("nsq: option endingOffsets is for batch reads only")
+    if starting.lower() == "latest" and not streaming:
+        raise NSQOptionError("nsq: startingOffsets latest reads nothing in a batch query")
+    fail = (_get(options, "failOnDataLoss") or "true").strip().lower()
+    if fail not in ("true", "false"):
+        raise NSQOptionError(f"nsq: option failOnDataLoss must be true or false, got {fail!r}")
+    return LogOptions(
+        http_addresses=addresses, topic=topic, starting=starting, ending=ending,
+        max_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1),
+        fail_on_data_loss=fail == "true",
+        request_records=_int(options, "requestRecords", DEFAULT_LOG_REQUEST_RECORDS, 1, 100_000),
+        request_bytes=_int(options, "requestBytes", DEFAULT_LOG_REQUEST_BYTES, 1024, 64 << 20),
+        http_timeout_ms=_int(options, "httpTimeoutMs", 30_000, 100),
+        retry_timeout_ms=_int(options, "retryTimeoutMs", 60_000, 0),
+    )

@@ -60,6 +60,8 @@ from nsqmp.spark.options import (
     NSQOptionError,
     ReadOptions,
     WriteOptions,
+    log_options,
+    read_mode,
     read_options,
     write_options,
 )
@@ -375,13 +377,22 @@ class NSQDataSource(DataSource):
         return "nsq"
 
     def schema(self):
+        if read_mode(self.options) == "log":
+            from nsqmp.spark.log import LOG_SCHEMA
+            return LOG_SCHEMA
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if read_mode(self.options) == "log":  # the topic as a log: nsqmp/spark/log.py
+            from nsqmp.spark.log import NSQLogBatchReader
+            return NSQLogBatchReader(log_options(self.options, streaming=False))
         _check_schema(schema)
         return NSQBatchReader(read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if read_mode(self.options) == "log":
+            from nsqmp.spark.log import NSQLogStreamReader
+            return NSQLogStreamReader(log_options(self.options, streaming=True))
         _check_schema(schema)
         return NSQStreamReader(read_options(self.options, streaming=True))
 

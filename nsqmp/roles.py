@@ -23,25 +23,33 @@ from nsqmp.ipc.doorbell import Doorbell
 from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
 
 BEAT_INTERVAL = 0.25
-# Beats between two malloc_trim calls (about a second): see Role._trim
-TRIM_EVERY = 4
 _PR_SET_PDEATHSIG = 1
-_libc_trim: list = []  # libc's malloc_trim, or None where there is none (looked up once)
+# glibc malloc's thresholds, fixed (mallopt): blocks of MMAP_THRESHOLD bytes or more are
+# mapped on their own and unmapped at free; a heap gives back its free top beyond
+# TRIM_THRESHOLD. Left alone, glibc raises both after every large free (to the block's
+# size, up to 32 MiB, and twice that), so a burst's freed memory stayed resident: after the
+# reader bench a router kept 40 MiB of its 73 MiB PSS in a thread's arena (the syncing
+# thread's: an ack-log rewrite reads the whole log). 4 MiB is above every ring record (at
+# most a quarter of an 8 MiB ring: DELIVER records) and the 1 MiB read-back buffer, so no
+# hot-path block is mapped and unmapped per use, and a pass's records freed at its end
+# stay below the trim threshold. malloc_trim(0) once a second was measured instead: 16-75
+# ms a call on a fragmented heap (a madvise per free chunk), too long a stall for the loop.
+MMAP_THRESHOLD = 4 << 20
+TRIM_THRESHOLD = 4 << 20
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
+_M_MMAP_THRESHOLD = -3
 
 
-def malloc_trim() -> None:
-    """Give the kernel back the free pages glibc malloc keeps (every arena, also inside
-    the heaps, through madvise): no-op where there is no glibc."""
-    if not _libc_trim:
-        try:
-            fn = ctypes.CDLL(None).malloc_trim
-            fn.argtypes = [ctypes.c_size_t]
-            fn.restype = ctypes.c_int
-        except (AttributeError, OSError):
-            fn = None
-        _libc_trim.append(fn)
-    if _libc_trim[0] is not None:
-        _libc_trim[0](0)
+def fix_malloc_thresholds() -> None:
+    """Fix glibc malloc's mmap and trim thresholds (see MMAP_THRESHOLD); no-op where
+    there is no glibc."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
 
 
 def die_with_parent(parent: int = 0) -> None:
@@ -80,11 +88,11 @@ class Role:
         self.endpoint: Endpoint
         self.control: ControlBlock
         self._stopping = False
-        self._beats = 0
         self.handlers: dict[int, Callable[[int, bytes], None]] = {}
 
     def run(self) -> int:
         setproctitle.setproctitle(self.title)
+        fix_malloc_thresholds()
         memstats.install()
         if self.slice_ns:
             sched.set_slice(self.slice_ns)
@@ -107,20 +115,7 @@ class Role:
 
     def _beat(self) -> None:
         self.control.beat(self.slot)
-        self._beats += 1
-        if self._beats % TRIM_EVERY == 0:
-            self._trim()
         self.loop.call_later(BEAT_INTERVAL, self._beat)
-
-    def _trim(self) -> None:
-        """About once a second: glibc's free memory back to the kernel. glibc raises its
-        mmap threshold to the largest block freed (up to 32 MiB) and its trim threshold to
-        twice that, so after a burst (a router's 1 MiB reads and 600 kB DELIVER records,
-        the syncing thread's ack-log rewrite in an arena of its own) tens of MiB stayed
-        resident for good: 40 MiB of a router's 73 MiB PSS after the reader bench. The
-        call costs a walk of the free chunks (tens of µs here); a block used again after
-        it costs a page fault per 4 KiB touched, at most a few hundred a second."""
-        malloc_trim()
 
     def begin_stop(self) -> None:
         if self._stopping:

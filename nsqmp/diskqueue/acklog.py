@@ -144,6 +144,7 @@ class AckLog:
         self._map = mmap.mmap(self._fd, self._size)
         self.pos = _written(self._map) * ENTRY.size
         self._dirty = False
+        self._released = 0  # bytes at the start of the mapping taken out of our page tables
         self._syncing: Future | None = None  # the background fdatasync under way
         self._compacting: tuple[Future, int, int] | None = None  # a rewrite's job, step, offset
 
@@ -168,6 +169,14 @@ class AckLog:
         thread (on Linux it also writes back the pages dirtied through the mapping)."""
         if self._dirty and (self._syncing is None or self._syncing.done()):
             self._dirty = False
+            # whole pages behind the append position are never written again: out of our
+            # page tables, so the log costs the router's memory (PSS) nothing once written
+            # (the page cache keeps them; the kernel moves a dirty page's state to the page
+            # on the way out, so the sync below still writes it back)
+            done = self.pos & ~(mmap.PAGESIZE - 1)
+            if done > self._released:
+                self._map.madvise(mmap.MADV_DONTNEED, self._released, done - self._released)
+                self._released = done
             self._syncing = in_background(sync_file, self._fd, self.path)
 
     def _settle(self) -> None:

@@ -20,6 +20,7 @@ from nsqmp.acceptor.http_metrics import h_metrics
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
 from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
 from nsqmp.acceptor.http_stats import h_stats
+from nsqmp.acceptor.ttl_dlq import ROUTES as TTL_DLQ_ROUTES
 
 log = logging.getLogger("nsqmp.acceptor")
 
@@ -147,4 +148,5 @@ ROUTES = {
     "/stats": (("GET",), h_stats),
     "/metrics": (("GET",), h_metrics),
     **ADMIN_ROUTES,
+    **TTL_DLQ_ROUTES,  # nsqmp's: POST /topic/ttl, /channel/dead-letter
 }

@@ -26,6 +26,9 @@ def on_dead_letter(server, src: int, rec: bytes) -> None:
     """DEAD_LETTER from router src: publish the body to the dead-letter topic, then
     answer. A failed publish is not answered: the router sends it again later."""
     token, topic, body = records.parse_dead_letter(rec)
+    if not is_valid_name(topic):  # the router checked it; a bad one would make a bad directory
+        log.error("dead letter to an invalid topic %r dropped", topic)
+        return
     try:
         server.publisher.publish(topic, [body])
     except TopicFull:

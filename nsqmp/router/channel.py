@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.deadletter import divert
 from nsqmp.router.filequeue import FileQueue
 from nsqmp.router.flight import DEFER_SLOT_NS, Consumer, Deferred
 from nsqmp.router.inflight import Flight, InFlightMap  # native/inflight.c, or its twin router/pyinflight.py
@@ -195,7 +196,9 @@ class Channel:
         self.mark(self)
         c.requeue_count += 1
         self.requeue_count += 1
-        if delay_ms:
+        if self.max_attempts and attempts >= self.max_attempts:  # no more deliveries: a dead letter
+            divert(self, [(m, attempts)])
+        elif delay_ms:
             self.defer(m, attempts, time.monotonic_ns() + delay_ms * 1_000_000)
         else:
             self.ready.append((m, attempts))

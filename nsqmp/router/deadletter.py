@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from nsqmp.ipc import records
+from nsqmp.protocol.names import EPHEMERAL_SUFFIX, is_ephemeral
 from nsqmp.router import expiry
 
 if TYPE_CHECKING:
@@ -38,6 +39,16 @@ if TYPE_CHECKING:
 
 RESEND_S = 2.0  # a dead letter not answered for this long is sent again
 PUBLISHER = 0  # the acceptor that publishes dead letters
+
+
+def default_target(topic: bytes) -> bytes:
+    """A topic's default dead-letter topic: "<topic>.dead" ("<t>.dead#ephemeral" for an
+    #ephemeral one, which stays off the disk too), the topic's name cut to keep it within
+    the 64 bytes a name may have."""
+    suffix = b".dead"
+    if is_ephemeral(topic):
+        topic, suffix = topic[:-len(EPHEMERAL_SUFFIX)], suffix + EPHEMERAL_SUFFIX
+    return topic[:64 - len(suffix)] + suffix
 
 
 def letter(ch: Channel, m, attempts: int) -> bytes:
@@ -139,11 +150,12 @@ def channel_dead_letter(router, request) -> dict:
         return {"error": "CHANNEL_NOT_FOUND"}
     to = request.get("to")
     ch.max_attempts = int(request["max_attempts"])
-    ch.dead_letter_to = to.encode() if to else topic.name + b".dead"
+    ch.dead_letter_to = to.encode() if to else default_target(topic.name)
     for cm in topic.meta.channels:
         if ch.id and cm.id == ch.id:
             cm.max_attempts = ch.max_attempts
             cm.dead_letter_to = to or None
     topic.save_meta()
     router.delivery.mark(ch)
+    router.sweeper.start()
     return {}

@@ -236,20 +236,45 @@ class Sweeper:
         self.handle = None
 
     def start(self) -> None:
-        """Sweep soon, and on, if any topic has a TTL."""
-        if self.handle is None and any(t.ttl_ns for t in self.router.topics.values()):
+        """Sweep soon, and on, if any topic has a TTL or any channel dead letters."""
+        r = self.router
+        if self.handle is None and (r.links.max_attempts or any(_swept(t) for t in r.topics.values())):
             self.handle = self.router.loop.call_soon(self.run)
 
     def run(self) -> None:
-        """One sweep; the next one a period later, while any topic has a TTL."""
+        """One sweep; the next one a period later, while there is anything to sweep."""
         self.handle = None
         budget = SWEEP_BUDGET
-        shortest = 0
+        period = 0.0
         for topic in list(self.router.topics.values()):
             if topic.ttl_ns:
                 budget = sweep_topic(topic, budget)
-                shortest = min(shortest or topic.ttl_ns, topic.ttl_ns)
+                period = min(period or SWEEP_S, max(SWEEP_MIN_S, topic.ttl_ns / 4e9))
+            for ch in topic.channels.values():
+                if ch.max_attempts:
+                    sweep_dead(ch)
+                    period = period or SWEEP_S
+        if self.router.links.max_attempts:  # --max-attempts: any channel, any time
+            period = period or SWEEP_S
         save_moved()
-        if shortest and not self.router._stopping:
-            period = min(SWEEP_S, max(SWEEP_MIN_S, shortest / 4e9))
+        if period and not self.router._stopping:
             self.handle = self.router.loop.call_later(period, self.run)
+
+
+def _swept(topic: Topic) -> bool:
+    return bool(topic.ttl_ns) or any(ch.max_attempts for ch in topic.channels.values())
+
+
+def sweep_dead(ch: Channel) -> None:
+    """The messages of ch's queue that had their max_attempts deliveries (back from a
+    time-out, or from a consumer gone) go to the dead-letter topic now, consumers or not."""
+    from nsqmp.router import deadletter
+
+    limit = ch.max_attempts
+    if not any(tries >= limit for _, tries in ch.ready):
+        return
+    dead = [e for e in ch.ready if e[1] >= limit]
+    kept = [e for e in ch.ready if e[1] < limit]
+    ch.ready.clear()
+    ch.ready.extend(kept)
+    deadletter.divert(ch, dead)

@@ -182,7 +182,7 @@ class Router(Role):
                 topic.e2e = (self.opts.e2e_processing_latency_window_time,
                              tuple(self.opts.e2e_processing_latency_percentiles))
             self.lookup.topic_created(topic)
-            if topic.ttl_ns:  # --msg-ttl
+            if topic.ttl_ns or self.links.max_attempts:  # --msg-ttl, --max-attempts
                 self.sweeper.start()
             log.info("TOPIC(%s): created", name.decode(errors="replace"), extra=_fields(name))
         return topic

@@ -21,6 +21,7 @@ from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router import cap
 from nsqmp.router.channel import Channel, unmarked
 from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.deadletter import default_target
 from nsqmp.router.filequeue import FileQueue, read_span
 from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.readback import read_messages
@@ -127,9 +128,8 @@ class Topic(TopicFiles):
                                            deadlines=links.deadlines, mark=links.mark)
         if self.e2e is not None:
             ch.e2e = E2eLatency(*self.e2e)
-        if links.max_attempts:  # --max-attempts (a channel's own setting: router/deadletter.py)
-            ch.max_attempts = links.max_attempts
-            ch.dead_letter_to = self.name + b".dead"
+        ch.max_attempts = links.max_attempts  # --max-attempts (a channel's own: router/deadletter.py)
+        ch.dead_letter_to = default_target(self.name)
         if not ephemeral and self.durable:
             if not cid:
                 cid = self.meta.next_channel_id

@@ -852,14 +852,14 @@ OPTIONS: tuple[Option, ...] = (
         "msg-ttl", DURATION, "0",
         "Messages older than this (since published) are dropped and counted instead of "
         "delivered (expired_count); 0: never. POST /topic/ttl sets a topic's own.",
-        section="messages", nsqd=False, check=at_least(0),
+        section="storage", nsqd=False, check=at_least(0),
     ),
     Option(
         "max-attempts", INT, 0,
         "A message delivered this many times goes to the channel's dead-letter topic "
         "(<topic>.dead) instead of an (N+1)-th delivery; 0: never. POST "
         "/channel/dead-letter sets a channel's own.",
-        section="messages", nsqd=False, check=between(0, 65535),
+        section="storage", nsqd=False, check=between(0, 65535),
     ),
     Option(
         "queue-scan-worker-pool-max", INT, 4,

@@ -263,3 +263,15 @@ def test_bad_input(broker, query, status, message):
 def test_wrong_method(broker):
     status, body, _ = broker.http("GET", "/channel/dead-letter?topic=t&channel=c&max_attempts=1")
     assert (status, orjson.loads(body)) == (405, {"message": "METHOD_NOT_ALLOWED"})
+
+
+def test_records_round_trip():
+    """DEAD_LETTER and DEAD_LETTER_OK: one builder, one parser each."""
+    from nsqmp.ipc import records
+
+    rec = records.dead_letter(1 << 50 | 7, b"t.dead", b'{"id": "x"}')
+    assert rec[0] == records.DEAD_LETTER
+    assert records.parse_dead_letter(rec) == (1 << 50 | 7, b"t.dead", b'{"id": "x"}')
+    ok = records.dead_letter_ok([1, 2**64 - 1])
+    assert ok[0] == records.DEAD_LETTER_OK
+    assert records.parse_dead_letter_ok(ok) == (1, 2**64 - 1)

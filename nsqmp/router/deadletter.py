@@ -96,6 +96,11 @@ class DeadLetters:
         if self.resend_handle is None:
             self.resend_handle = r.loop.call_later(RESEND_S, self.resend)
 
+    def held(self, ch: Channel) -> list:
+        """(Message, attempts) of ch's dead letters still waiting for their answer (a
+        graceful stop saves their attempts: they are queued again after the restart)."""
+        return [(m, tries) for c, m, tries, _, _ in self.waiting.values() if c is ch]
+
     def resend(self) -> None:
         """Send again what acceptor 0 has not answered for RESEND_S (it died, or its ring
         was full); on, while any dead letter waits."""
@@ -136,7 +141,7 @@ class DeadLetters:
 
     def _save(self) -> None:
         self.save_handle = None
-        expiry.save_moved()
+        expiry.save_moved(self.router.topics)
 
 
 def channel_dead_letter(router, request) -> dict:

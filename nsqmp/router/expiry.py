@@ -167,12 +167,13 @@ def counts_moved(topic: Topic) -> None:
     _moved.add(topic)
 
 
-def save_moved() -> None:
-    """meta.json `counts` of the topics whose counters moved: only the nsqmp counters are
-    updated there (the others keep what the last graceful stop wrote)."""
+def save_moved(live: dict) -> None:
+    """meta.json `counts` of the topics whose counters moved, of those still in `live`
+    (the router's topics: a deleted one's directory must not come back): only the nsqmp
+    counters are updated there (the others keep what the last graceful stop wrote)."""
     while _moved:
         topic = _moved.pop()
-        if not topic.durable:
+        if not topic.durable or live.get(topic.name) is not topic:
             continue
         by_id = {c.id: c for c in topic.channels.values() if c.id}
         for cm in topic.meta.channels:
@@ -256,7 +257,7 @@ class Sweeper:
                     period = period or SWEEP_S
         if self.router.links.max_attempts:  # --max-attempts: any channel, any time
             period = period or SWEEP_S
-        save_moved()
+        save_moved(self.router.topics)
         if period and not self.router._stopping:
             self.handle = self.router.loop.call_later(period, self.run)
 

@@ -11,6 +11,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Callable
 
 from nsqmp.diskqueue import meta as metafile
@@ -336,8 +337,10 @@ class Topic(TopicFiles):
                     (m.segment.acceptor, m.segment.seq, m.offset, d.deadline + to_wall, tries)
                     for d in ch.deferred.values() for m, tries in d.entries if m.segment is not None
                 ]
+                dead = self.links.dead_letters  # dead letters not yet answered are queued after a restart
+                held = dead.held(ch) if dead is not None and ch.max_attempts else []
                 cm.attempts = [(m.segment.acceptor, m.segment.seq, m.offset, tries)
-                               for m, tries in ch.ready if tries and m.segment is not None]
+                               for m, tries in chain(ch.ready, held) if tries and m.segment is not None]
         self.save_meta()
 
     def restore_counts(self) -> None:

@@ -197,3 +197,18 @@ def test_bad_input(broker, query, status, message):
 def test_wrong_method(broker):
     status, body, _ = broker.http("GET", "/topic/ttl?topic=t&ttl=1s")
     assert (status, orjson.loads(body)) == (405, {"message": "METHOD_NOT_ALLOWED"})
+
+
+def test_meta_json_unchanged_when_unused_and_round_trips():
+    """An older meta.json reads as "no TTL, the default dead letters"; unset settings add
+    no key; set ones come back."""
+    from nsqmp.diskqueue.meta import ChannelMeta, TopicMeta
+
+    old = b'{"version": 1, "paused": false, "next_channel_id": 2, "counts": {}, "channels": [{"name": "c", "id": 1}]}'
+    meta = TopicMeta.from_json(old)
+    assert meta.ttl_ms is None and meta.channels[0].max_attempts is None and meta.channels[0].dead_letter_to is None
+    plain = TopicMeta(channels=[ChannelMeta("c", 1)]).to_json()
+    assert b"ttl_ms" not in plain and b"max_attempts" not in plain and b"dead_letter_to" not in plain
+    meta = TopicMeta(ttl_ms=1500, channels=[ChannelMeta("c", 1, max_attempts=0, dead_letter_to="x.dlq")])
+    back = TopicMeta.from_json(meta.to_json())
+    assert (back.ttl_ms, back.channels[0].max_attempts, back.channels[0].dead_letter_to) == (1500, 0, "x.dlq")

@@ -31,6 +31,7 @@ per sweep, or per loop turn of dead letters), so a kill -9 of the router keeps t
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from nsqmp.protocol.names import is_valid_name
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 SWEEP_S = 1.0  # the sweep's period at most
 SWEEP_MIN_S = 0.05
 SWEEP_BUDGET = 200_000  # messages one sweep may read back from the files, over every topic
+DEFERRED_STEP = 50_000  # deferred messages one sweep looks at per channel
+READY_STEP = 50_000  # queued messages one sweep looks at per channel, from the head
 
 
 def screen(ch: Channel, want: int) -> None:
@@ -98,11 +101,14 @@ def sweep_channel(ch: Channel, cutoff: int, budget: int) -> int:
     messages read back from the files."""
     kept: list = []
     expired: list = []
-    for entry in ch.ready:
-        (expired if entry[0].ts < cutoff else kept).append(entry)
-    if expired:
-        ch.ready.clear()
-        ch.ready.extend(kept)
+    ready = ch.ready
+    if len(ready) <= READY_STEP or ready[0][0].ts < cutoff:
+        # the first READY_STEP entries (a queue grown by a million time-outs would hold the
+        # loop; the delivery pass's check covers the rest when they come to the head)
+        for _ in range(min(len(ready), READY_STEP)):
+            entry = ready.popleft()
+            (expired if entry[0].ts < cutoff else kept).append(entry)
+        ready.extendleft(reversed(kept))
     while ch.pending and budget > 0 and len(ch.ready) < ch.topic.in_memory // 2:
         before = len(ch.ready)  # the file ranges expire from their head: read while they do
         ch.refill(min(budget, ch.topic.in_memory - before))
@@ -115,17 +121,42 @@ def sweep_channel(ch: Channel, cutoff: int, budget: int) -> int:
             ch.ready.pop()
         ch.ready.extend(e for e in fresh if e[0].ts >= cutoff)
         expired.extend(gone)
-    n_deferred = 0
-    for d in ch.deferred.values():
-        if any(m.ts < cutoff for m, _ in d.entries):
-            old = [e for e in d.entries if e[0].ts < cutoff]
-            d.entries[:] = [e for e in d.entries if e[0].ts >= cutoff]
-            expired.extend(old)
-            n_deferred += len(old)
-    ch.deferred_count -= n_deferred
+    expired.extend(sweep_deferred(ch, cutoff))
     if expired:
         drop(ch, [m for m, _ in expired])
     return budget
+
+
+# channel -> the slot after which its next deferred sweep resumes (a deleted channel goes)
+_deferred_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def sweep_deferred(ch: Channel, cutoff: int) -> list:
+    """The expired entries of ch's deferred slots, taken out of them: at most
+    DEFERRED_STEP entries looked at per sweep (a million DPUBs would hold the loop), the
+    next sweep going on after the last slot looked at."""
+    if not ch.deferred:
+        _deferred_from.pop(ch, None)
+        return []
+    after = _deferred_from.get(ch, -1)
+    seen = 0
+    out: list = []
+    last = -1
+    for slot, d in ch.deferred.items():
+        if slot <= after:
+            continue
+        seen += len(d.entries)
+        last = slot
+        if any(m.ts < cutoff for m, _ in d.entries):
+            out.extend(e for e in d.entries if e[0].ts < cutoff)
+            d.entries[:] = [e for e in d.entries if e[0].ts >= cutoff]
+        if seen >= DEFERRED_STEP:
+            break
+    if seen < DEFERRED_STEP:
+        last = -1  # reached the end: the next sweep starts again from the first slot
+    _deferred_from[ch] = last
+    ch.deferred_count -= len(out)
+    return out
 
 
 def sweep_topic(topic: Topic, budget: int) -> int:
@@ -272,6 +303,8 @@ def sweep_dead(ch: Channel) -> None:
     from nsqmp.router import deadletter
 
     limit = ch.max_attempts
+    if len(ch.ready) > READY_STEP:  # too long to walk each second: the delivery pass takes them at the head
+        return
     if not any(tries >= limit for _, tries in ch.ready):
         return
     dead = [e for e in ch.ready if e[1] >= limit]

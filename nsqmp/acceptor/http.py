@@ -22,6 +22,7 @@ from nsqmp.acceptor.http_peek import PEEK_ROUTES
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
 from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
 from nsqmp.acceptor.http_stats import h_stats
+from nsqmp.acceptor.ttl_dlq import ROUTES as TTL_DLQ_ROUTES
 
 log = logging.getLogger("nsqmp.acceptor")
 
@@ -151,4 +152,5 @@ ROUTES = {
     **ADMIN_ROUTES,
     **PEEK_ROUTES,  # /channel/peek, /topic/peek (nsqmp's, issue 23)
     **LOG_ROUTES,  # nsqmp's own: a topic read as a log
+    **TTL_DLQ_ROUTES,  # nsqmp's: POST /topic/ttl, /channel/dead-letter
 }

@@ -81,6 +81,7 @@ def render_text(stats: dict, now: float) -> str:
                        f"depth: {c['depth']:<5} be-depth: {c['backend_depth']:<5} "
                        f"inflt: {c['in_flight_count']:<4} def: {c['deferred_count']:<4} "
                        f"re-q: {c['requeue_count']:<5} timeout: {c['timeout_count']:<5} "
+                       f"{_beyond(c)}"
                        f"msgs: {c['message_count']:<8} e2e%: {_e2e(c)}\n")
             for cl in c["clients"] or []:
                 out.append(f"        {client_line(cl, now)}\n")
@@ -91,6 +92,15 @@ def render_text(stats: dict, now: float) -> str:
         out.append("\nProducers:\n")
         out += [f"   {client_line(p, now)}\n" for p in producers]
     return "".join(out)
+
+
+def _beyond(c: dict) -> str:
+    """nsqmp's TTL and dead-letter counts on a channel's line, only where they count
+    something or dead letters are on (otherwise the line is nsqd's)."""
+    expired, dead = c.get("expired_count", 0), c.get("dead_letter_count", 0)
+    if not (expired or dead or c.get("max_attempts")):
+        return ""
+    return f"expired: {expired:<5} dead: {dead:<5} "
 
 
 def _e2e(item: dict) -> str:

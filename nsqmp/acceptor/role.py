@@ -8,11 +8,12 @@ import os
 import ssl
 import socket
 import time
+from functools import partial
 
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.flow import RingHold
 from nsqmp.acceptor.http import HttpConnection
-from nsqmp.acceptor import http_metrics
+from nsqmp.acceptor import http_metrics, ttl_dlq
 from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher
 from nsqmp.acceptor.registrar import Registrar
@@ -99,6 +100,7 @@ class Acceptor(Role):
             records.TOPIC_FULL: self.on_topic_full,
             records.CONFIG_SET: self.on_config_set,
             records.R_HELLO: self.on_router_hello,
+            records.DEAD_LETTER: partial(ttl_dlq.on_dead_letter, self),  # acceptor 0's, in practice
         }
 
     # -- lifecycle --------------------------------------------------------------

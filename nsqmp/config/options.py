@@ -849,6 +849,19 @@ OPTIONS: tuple[Option, ...] = (
         section="messages",
     ),
     Option(
+        "msg-ttl", DURATION, "0",
+        "Messages older than this (since published) are dropped and counted instead of "
+        "delivered (expired_count); 0: never. POST /topic/ttl sets a topic's own.",
+        section="storage", nsqd=False, check=at_least(0),
+    ),
+    Option(
+        "max-attempts", INT, 0,
+        "A message delivered this many times goes to the channel's dead-letter topic "
+        "(<topic>.dead) instead of an (N+1)-th delivery; 0: never. POST "
+        "/channel/dead-letter sets a channel's own.",
+        section="storage", nsqd=False, check=between(0, 65535),
+    ),
+    Option(
         "queue-scan-worker-pool-max", INT, 4,
         "nsqd's in-flight/deferred queue scan workers. Accepted for compatibility; nsqmp's "
         "timer process keeps deadlines in heaps and does not scan, so this has no effect.",

@@ -15,6 +15,11 @@ messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, atte
 `attempts` (same life) the delivery attempts of its queued messages that were already
 delivered at least once: [acceptor, seq, offset, attempts].
 
+Written only when set (an older file without them reads as unset): `ttl_ms` (the topic's
+own message TTL, POST /topic/ttl), and per channel `max_attempts` and `dead_letter_to`
+(POST /channel/dead-letter; max_attempts 0 = dead letters off for this channel, absent =
+the broker's --max-attempts).
+
 `start` is where the channel began: per acceptor stream, the position (seq, offset) of
 the last record published before the channel existed; records at or before it are not
 the channel's. An acceptor missing from it had published nothing yet. null means the
@@ -39,6 +44,8 @@ class ChannelMeta:
     counts: dict[str, int] = field(default_factory=dict)
     deferred: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     attempts: list[tuple[int, int, int, int]] = field(default_factory=list)
+    max_attempts: int | None = None  # None: the broker's --max-attempts
+    dead_letter_to: str | None = None  # None: "<topic>.dead"
 
 
 @dataclass
@@ -49,8 +56,10 @@ class TopicMeta:
     counts: dict[str, int] = field(default_factory=dict)
     backlog_start: dict[int, tuple[int, int]] = field(default_factory=dict)
     paused_at: dict[int, tuple[int, int]] | None = None
+    ttl_ms: int | None = None  # None: the broker's --msg-ttl
 
     def to_json(self) -> bytes:
+        extra: dict = {} if self.ttl_ms is None else {"ttl_ms": self.ttl_ms}
         return json.dumps({
             "version": VERSION,
             "paused": self.paused,
@@ -62,9 +71,11 @@ class TopicMeta:
                 {"name": c.name, "id": c.id, "paused": c.paused, "counts": c.counts,
                  "deferred": [list(d) for d in c.deferred],
                  "attempts": [list(a) for a in c.attempts],
-                 "start": None if c.start is None else {str(a): list(p) for a, p in c.start.items()}}
+                 "start": None if c.start is None else {str(a): list(p) for a, p in c.start.items()},
+                 **_dead_letter_json(c)}
                 for c in self.channels
             ],
+            **extra,
         }, indent=1).encode()
 
     @classmethod
@@ -72,7 +83,7 @@ class TopicMeta:
         raw = json.loads(data)
         if raw.get("version") != VERSION:
             raise ValueError(f"unknown topic metadata version {raw.get('version')!r}")
-        return cls(
+        meta = cls(
             paused=bool(raw.get("paused", False)),
             next_channel_id=int(raw.get("next_channel_id", 1)),
             counts={k: int(v) for k, v in raw.get("counts", {}).items()},
@@ -86,10 +97,25 @@ class TopicMeta:
                             {k: int(v) for k, v in c.get("counts", {}).items()},
                             [(int(d[0]), int(d[1]), int(d[2]), int(d[3]), int(d[4]))
                              for d in c.get("deferred", [])],
-                            [(int(a[0]), int(a[1]), int(a[2]), int(a[3])) for a in c.get("attempts", [])])
+                            [(int(a[0]), int(a[1]), int(a[2]), int(a[3])) for a in c.get("attempts", [])],
+                            None if c.get("max_attempts") is None else int(c["max_attempts"]),
+                            c.get("dead_letter_to"))
                 for c in raw.get("channels", [])
             ],
         )
+        if raw.get("ttl_ms") is not None:
+            meta.ttl_ms = int(raw["ttl_ms"])
+        return meta
+
+
+def _dead_letter_json(c: ChannelMeta) -> dict:
+    """A channel's dead-letter settings, only those set (unset: no key, the file as before)."""
+    out: dict = {}
+    if c.max_attempts is not None:
+        out["max_attempts"] = c.max_attempts
+    if c.dead_letter_to is not None:
+        out["dead_letter_to"] = c.dead_letter_to
+    return out
 
 
 def read(topic_dir: str) -> TopicMeta | None:

@@ -45,6 +45,10 @@ followed by at most one variable part. Layouts, by kind::
     CHANNELS_ASK | kind | topic                     (a new topic: which channels do lookupds know?)
   router 0 -> every acceptor
     CONFIG_SET   | kind | JSON {option: value}      (PUT /config/...: every option changed at run time)
+  router -> acceptor 0, and back (dead letters: nsqmp/router/deadletter.py)
+    DEAD_LETTER  | kind | token u64 | topic_len u8 | topic | body
+                                                (publish body to the dead-letter topic, then answer)
+    DEAD_LETTER_OK | kind | n x token u64       (published: the router may acknowledge the originals)
   router -> timer
     ARM      | kind | n x (token u64, deadline_ns i64)
     DISARM   | kind | n x token u64
@@ -75,6 +79,7 @@ PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
 CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK, RESUB = range(11, 17)
 DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK, BARRIER, REPLY_PART = range(20, 30)
 LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
+DEAD_LETTER, DEAD_LETTER_OK = 60, 61
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
 
@@ -95,6 +100,7 @@ CONN_ERR_HEAD = struct.Struct("<BQB")
 TOKEN_DEADLINE = struct.Struct("<Qq")
 TOKEN = struct.Struct("<Q")
 BARRIER_ID = struct.Struct("<BQ")
+TOKEN_KIND = struct.Struct("<BQ")
 
 
 def conn_id(acceptor: int, generation: int, number: int) -> int:
@@ -440,6 +446,27 @@ def barrier(barrier_id: int) -> bytes:
 
 
 parse_barrier = parse_barrier_ok  # -> barrier id
+
+
+# -- dead letters: router -> acceptor 0 -> router ----------------------------------------
+def dead_letter(token: int, topic: bytes, body: bytes) -> bytes:
+    """DEAD_LETTER: publish body to topic (the dead-letter topic), then answer with token."""
+    return TOKEN_KIND.pack(DEAD_LETTER, token) + bytes((len(topic),)) + topic + body
+
+
+def parse_dead_letter(rec: bytes) -> tuple[int, bytes, bytes]:
+    """(token, topic, body) of a DEAD_LETTER."""
+    token = TOKEN_KIND.unpack_from(rec)[1]
+    topic, body = _unpack_named(rec, TOKEN_KIND.size)
+    return token, bytes(topic), bytes(body)
+
+
+def dead_letter_ok(tokens: list[int]) -> bytes:
+    """DEAD_LETTER_OK: these dead letters are in their dead-letter topic's files."""
+    return _tokens(DEAD_LETTER_OK, tokens)
+
+
+parse_dead_letter_ok = _parse_tokens  # -> tokens
 
 
 # -- router -> acceptor 0 ---------------------------------------------------------------

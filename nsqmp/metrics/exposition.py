@@ -54,6 +54,8 @@ _TOPIC_COUNTERS = (
     ("message_count", "messages", "Messages published to the topic."),
     ("message_bytes", "message_bytes", "Bytes of message bodies published to the topic."),
     ("nsqmp_dropped_count", "dropped_messages", "Messages dropped by the topic's max-topic-bytes cap."),
+    ("expired_count", "expired_messages", "Messages that passed the topic's TTL while it held them itself "
+     "(paused, or no channel yet), dropped."),
 )
 _TOPIC_GAUGES = (
     ("depth", "depth", "Messages the topic holds for a first channel (backend_depth included)."),
@@ -65,6 +67,9 @@ _CHANNEL_COUNTERS = (
     ("timeout_count", "timed_out", "Messages whose msg_timeout passed in flight."),
     ("nsqmp_delivery_count", "delivered", "Messages handed to the channel's consumers (since its router started)."),
     ("nsqmp_finish_count", "finished", "Messages FINished by the channel's consumers (since its router started)."),
+    ("expired_count", "expired_messages", "Messages that passed their topic's TTL in the channel, dropped."),
+    ("dead_letter_count", "dead_lettered_messages", "Messages sent to the channel's dead-letter topic after "
+     "max_attempts deliveries."),
 )
 _CHANNEL_GAUGES = (
     ("depth", "depth", "Messages queued in the channel (backend_depth included)."),

@@ -12,6 +12,7 @@ import shutil
 from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
 from nsqmp.router.peek import channel_peek, topic_peek
+from nsqmp.router import deadletter, expiry
 
 log = logging.getLogger("nsqmp.router")
 
@@ -206,6 +207,8 @@ OPS = {
     "channel_unpause": lambda r, q: channel_pause(r, q, False),
     "config_set": config_set,
     "channel_peek": channel_peek, "topic_peek": topic_peek,  # router/peek.py: read-only
+    "topic_ttl": expiry.topic_ttl,
+    "channel_dead_letter": deadletter.channel_dead_letter,
     "fire_lateness": lambda r, q: {"index": r.index,
                                    **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
     "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics

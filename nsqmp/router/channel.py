@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.deadletter import divert
 from nsqmp.router.filequeue import FileQueue
 from nsqmp.router.flight import DEFER_SLOT_NS, Consumer, Deferred
 from nsqmp.router.inflight import Flight, InFlightMap  # native/inflight.c, or its twin router/pyinflight.py
@@ -65,6 +66,12 @@ class Channel:
     delivery_count: int = 0
     finish_count: int = 0
     e2e: E2eLatency | None = None  # with --e2e-processing-latency-percentile
+    # message TTL and dead letters (router/expiry.py, router/deadletter.py): dropped past
+    # the topic's TTL, and sent to the dead-letter topic; max_attempts 0 = no dead letters
+    expired_count: int = 0
+    dead_letter_count: int = 0
+    max_attempts: int = 0
+    dead_letter_to: bytes = b""
     # the timer link, and the delivery pass's scheduling of this channel (Delivery.mark)
     deadlines: Deadlines = field(default_factory=lambda: Deadlines(0, 0, 1 << 16), repr=False)
     mark: Callable[[Channel], None] = field(default=unmarked, repr=False)
@@ -189,7 +196,9 @@ class Channel:
         self.mark(self)
         c.requeue_count += 1
         self.requeue_count += 1
-        if delay_ms:
+        if self.max_attempts and attempts >= self.max_attempts:  # no more deliveries: a dead letter
+            divert(self, [(m, attempts)])
+        elif delay_ms:
             self.defer(m, attempts, time.monotonic_ns() + delay_ms * 1_000_000)
         else:
             self.ready.append((m, attempts))
@@ -379,6 +388,10 @@ class Channel:
             "timeout_count": self.timeout_count,
             "nsqmp_delivery_count": self.delivery_count,
             "nsqmp_finish_count": self.finish_count,
+            "expired_count": self.expired_count,
+            "dead_letter_count": self.dead_letter_count,
+            "max_attempts": self.max_attempts,
+            "dead_letter_topic": self.dead_letter_to.decode() if self.max_attempts else "",
             "client_count": len(self.consumers),
             "clients": clients,
             "paused": self.paused,

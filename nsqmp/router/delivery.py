@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from nsqmp.ipc import records
 from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.expiry import screen
 from nsqmp.router.inflight import Flight  # native/flight.h, or its twin router/pyinflight.py
 from nsqmp.router.readback import pack_frames
 
@@ -127,6 +128,8 @@ class Delivery:
                     credit = sum(c.credit for c in ch.consumers.values())
                     ch.refill(min(max(256, credit), ch.topic.in_memory, budget))
                 top_up.append(ch)
+            if ready and (ch.max_attempts or ch.topic.ttl_ns):  # TTL, dead letters: a test per channel when unset
+                screen(ch, min(budget, sum(c.credit for c in ch.consumers.values())))
             if not ready:
                 continue
             budget = self.serve(ch, budget, now)

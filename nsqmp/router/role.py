@@ -18,8 +18,10 @@ from nsqmp.ipc import records
 from nsqmp.layouts import ID
 from nsqmp.router.controls import OrderedControls
 from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.deadletter import DeadLetters
 from nsqmp.router.delivery import Delivery
 from nsqmp.router.channel import Channel
+from nsqmp.router.expiry import Sweeper, apply_meta
 from nsqmp.router.lookup import LookupLink
 from nsqmp.router.subscriptions import Subscriptions
 from nsqmp.router.topic import Topic, TopicLinks
@@ -55,6 +57,11 @@ class Router(Role):
         self.deadlines.wake = self.delivery.wake
         self.links = TopicLinks(self.deadlines, self.delivery.mark, self.to_acceptors, set(),
                                 opts.max_topic_bytes, opts.topic_full_policy)
+        # message TTL and dead letters (router/expiry.py, router/deadletter.py)
+        self.links.msg_ttl_ns = int(opts.msg_ttl * 1e9)
+        self.links.max_attempts = opts.max_attempts
+        self.dead_letters = self.links.dead_letters = DeadLetters(self)
+        self.sweeper = Sweeper(self)
         self.lookup = LookupLink(self)
         # PUT /config/...: router 0 keeps every option changed at run time (CONFIG_SET)
         self.config_overrides: dict = {}
@@ -82,6 +89,7 @@ class Router(Role):
             records.CHANNELS: lambda src, rec: self.lookup.on_channels(rec),
             records.LOOKUPDS: self.on_lookupds,
             records.CONFIG: self.on_config,
+            records.DEAD_LETTER_OK: self.dead_letters.on_ok,
         }
 
     def poll_rings(self) -> bool:
@@ -106,6 +114,9 @@ class Router(Role):
         gc.disable()
         started = time.monotonic()
         summary = recover_owned(self)
+        for topic in self.topics.values():  # TTLs, dead-letter settings and counters in meta.json
+            apply_meta(topic, self.links.msg_ttl_ns)
+        self.sweeper.start()
         gc.freeze()
         gc.set_threshold(_GC_YOUNG, 2, _GC_NEVER)
         gc.enable()
@@ -171,6 +182,8 @@ class Router(Role):
                 topic.e2e = (self.opts.e2e_processing_latency_window_time,
                              tuple(self.opts.e2e_processing_latency_percentiles))
             self.lookup.topic_created(topic)
+            if topic.ttl_ns or self.links.max_attempts:  # --msg-ttl, --max-attempts
+                self.sweeper.start()
             log.info("TOPIC(%s): created", name.decode(errors="replace"), extra=_fields(name))
         return topic
 

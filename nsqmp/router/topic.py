@@ -11,6 +11,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Callable
 
 from nsqmp.diskqueue import meta as metafile
@@ -21,6 +22,7 @@ from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router import cap
 from nsqmp.router.channel import Channel, unmarked
 from nsqmp.router.deadlines import Deadlines
+from nsqmp.router.deadletter import default_target
 from nsqmp.router.filequeue import FileQueue, read_span
 from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.readback import read_messages
@@ -45,6 +47,9 @@ class TopicLinks:
     acks_due: set = field(default_factory=set)  # topics with acks for the end of the tick
     max_topic_bytes: int = 0  # the options (Router.apply_config keeps them current)
     topic_full_policy: str = "drop-oldest"
+    msg_ttl_ns: int = 0  # --msg-ttl, --max-attempts: the defaults of new topics and channels
+    max_attempts: int = 0
+    dead_letters: object = None  # the router's DeadLetters (router/deadletter.py)
 
 
 class Topic(TopicFiles):
@@ -65,6 +70,8 @@ class Topic(TopicFiles):
         self.paused = False
         self.full = False  # refusing publishes (max-topic-bytes, policy refuse)
         self.e2e: tuple[float, tuple[float, ...]] | None = None  # (window s, percentiles)
+        self.ttl_ns = self.links.msg_ttl_ns  # message TTL in force (0: none); router/expiry.py
+        self.expired_count = 0  # expired while held at the topic (paused, or no channel yet)
         # a new topic while lookupds are configured: its messages wait here, unassigned,
         # until the lookupds said which channels the topic has elsewhere (nsqd's GetTopic)
         self.held: list[tuple[list, int]] | None = None  # (batch of (Message, due_ns), bytes)
@@ -122,6 +129,8 @@ class Topic(TopicFiles):
                                            deadlines=links.deadlines, mark=links.mark)
         if self.e2e is not None:
             ch.e2e = E2eLatency(*self.e2e)
+        ch.max_attempts = links.max_attempts  # --max-attempts (a channel's own: router/deadletter.py)
+        ch.dead_letter_to = default_target(self.name)
         if not ephemeral and self.durable:
             if not cid:
                 cid = self.meta.next_channel_id
@@ -310,33 +319,39 @@ class Topic(TopicFiles):
     # -- persistence and stats -----------------------------------------------------------------
     TOPIC_COUNTS = ("message_count", "message_bytes", "dropped")
     CHANNEL_COUNTS = ("message_count", "requeue_count", "timeout_count")
+    MORE_COUNTS = ("expired_count", "dead_letter_count")  # written only when not 0
 
     def save_counts(self) -> None:
         """Record the /stats counters in the metadata (graceful stop)."""
         self.meta.counts = {k: getattr(self, k) for k in self.TOPIC_COUNTS}
+        if self.expired_count:  # nsqmp's counters: in the file only once they count something
+            self.meta.counts["expired_count"] = self.expired_count
         by_id = {c.id: c for c in self.channels.values() if c.id}
         to_wall = time.time_ns() - time.monotonic_ns()
         for cm in self.meta.channels:
             ch = by_id.get(cm.id)
             if ch is not None:
                 cm.counts = {k: getattr(ch, k) for k in self.CHANNEL_COUNTS}
+                cm.counts.update({k: getattr(ch, k) for k in self.MORE_COUNTS if getattr(ch, k)})
                 cm.deferred = [
                     (m.segment.acceptor, m.segment.seq, m.offset, d.deadline + to_wall, tries)
                     for d in ch.deferred.values() for m, tries in d.entries if m.segment is not None
                 ]
+                dead = self.links.dead_letters  # dead letters not yet answered are queued after a restart
+                held = dead.held(ch) if dead is not None and ch.max_attempts else []
                 cm.attempts = [(m.segment.acceptor, m.segment.seq, m.offset, tries)
-                               for m, tries in ch.ready if tries and m.segment is not None]
+                               for m, tries in chain(ch.ready, held) if tries and m.segment is not None]
         self.save_meta()
 
     def restore_counts(self) -> None:
         """The /stats counters a graceful stop recorded (recovery)."""
-        for k in self.TOPIC_COUNTS:
+        for k in (*self.TOPIC_COUNTS, "expired_count"):
             setattr(self, k, self.meta.counts.get(k, getattr(self, k)))
         by_id = {c.id: c for c in self.channels.values() if c.id}
         for cm in self.meta.channels:
             ch = by_id.get(cm.id)
             if ch is not None:
-                for k in self.CHANNEL_COUNTS:
+                for k in (*self.CHANNEL_COUNTS, *self.MORE_COUNTS):
                     setattr(ch, k, cm.counts.get(k, getattr(ch, k)))
 
     def close(self) -> None:
@@ -364,6 +379,8 @@ class Topic(TopicFiles):
             "message_bytes": self.message_bytes,
             "paused": self.paused,
             "nsqmp_dropped_count": self.dropped,
+            "expired_count": self.expired_count,
+            "ttl_ms": self.ttl_ns // 1_000_000,
             "e2e_processing_latency": aggregate(
                 self.e2e[1], [c.e2e for c in self.channels.values() if c.e2e is not None]
             ) if self.e2e is not None else {"count": 0, "percentiles": None},

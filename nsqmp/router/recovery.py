@@ -26,6 +26,7 @@ from nsqmp.diskqueue.layout import list_topics
 from nsqmp.diskqueue.segment import ScanStats, parse_name, scan
 from nsqmp.layouts import DUE, MESSAGE_HEAD, RECORD_HEAD
 from nsqmp.protocol.names import is_ephemeral
+from nsqmp.router import retention
 from nsqmp.router.readback import Message, read_messages
 
 
@@ -49,6 +50,9 @@ def _message(payload: bytes, seg, offset: int) -> Message:
 
 
 def recover_owned(router) -> Summary:
+    """Rebuild every topic this router owns (the module's steps), after taking the
+    retention options (the topics made from here on keep finished files with them)."""
+    retention.configure(router.links, router.opts)
     summary = Summary()
     for name in list_topics(router.opts.data_path):
         raw = name.encode()
@@ -81,7 +85,8 @@ def rescan_acceptor(router, acceptor: int) -> int:
                     continue
                 msgs.append((_message(payload, seg, offset), due))
                 nbytes += len(payload) - MESSAGE_HEAD.size
-                topic.count_bytes(seg, RECORD_HEAD.size + len(payload) + (DUE.size if due else 0))
+                size = RECORD_HEAD.size + len(payload) + (DUE.size if due else 0)
+                topic.count_bytes(seg, size, 1, offset + size)
                 topic.hwm[acceptor] = (seq, offset)
             if msgs:
                 found += len(msgs)
@@ -179,7 +184,7 @@ class _TopicScan:
             size = head + len(payload) + (due_size if due else 0)
             m = None  # a Message only for what does not wait as a file range
             topic.hwm[acceptor] = (seq, offset)
-            topic.count_bytes(seg, size)
+            topic.count_bytes(seg, size, 1, offset + size)
             due = due if due > now else 0
             summary.messages += 1
             if due:

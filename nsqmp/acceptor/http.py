@@ -18,6 +18,7 @@ from nsqmp.acceptor.http_admin import ADMIN_ROUTES
 from nsqmp.acceptor.http_info import h_config, h_info, h_ping
 from nsqmp.acceptor.http_metrics import h_metrics
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
+from nsqmp.acceptor.http_replay import REPLAY_ROUTES
 from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
 from nsqmp.acceptor.http_stats import h_stats
 
@@ -147,4 +148,5 @@ ROUTES = {
     "/stats": (("GET",), h_stats),
     "/metrics": (("GET",), h_metrics),
     **ADMIN_ROUTES,
+    **REPLAY_ROUTES,  # /channel/rewind; /channel/create takes `from` (issue 23)
 }

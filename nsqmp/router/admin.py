@@ -11,6 +11,7 @@ import shutil
 
 from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
+from nsqmp.router import rewind
 
 log = logging.getLogger("nsqmp.router")
 
@@ -208,4 +209,5 @@ OPS = {
                                    **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
     "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics
     "ring_high_water": lambda r, q: r.endpoint.high_water(),  # every ring has a router at one end
+    **rewind.OPS,  # /channel/rewind, /channel/create?from= (issue 23)
 }

@@ -28,8 +28,8 @@ point, both written before the answer. Its old acks name the old id, so recovery
 rebuilds exactly "the replay, less what was finished since". A crash in the middle of a
 replay resumes it: duplicates, never a skip. What the channel already had queued, in
 flight or deferred stays (so a message may come twice); a FIN of a message in flight at
-the rewind is acknowledged under the new id, so after a crash that message is not
-replayed a second time.
+the rewind keeps being acknowledged under the old id (`old_acks`): its delivery began
+before the rewind, so it must not hide the replayed copy from a recovery.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ import mmap
 import os
 from typing import TYPE_CHECKING
 
+from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.layouts import DEFER, DUE, ID_AT, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER_SIZE
 
 if TYPE_CHECKING:
@@ -174,6 +175,36 @@ def ranges(topic: Topic, starts: dict) -> list[tuple[Segment, int, int, int]]:
 
 
 # -- the verb ---------------------------------------------------------------------------------
+def old_acks(ch: Channel, msgs: list, runs: list) -> list:
+    """FIN of msgs on ch (runs: [segment, offsets] from the in-flight map): the messages
+    that were in flight at a rewind are acknowledged under the channel id of then (and
+    released); the runs of the others are returned, for the channel's own id."""
+    rewound = ch.rewound
+    old = {}
+    for m in msgs:
+        hit = rewound.pop(id(m), None)
+        if hit is not None and hit[0] is m and m.segment is not None:
+            old[(id(m.segment), m.offset)] = hit[1]
+    if not old:
+        return runs
+    topic = ch.topic
+    keep = []
+    for seg, offsets in runs:
+        rest = []
+        for offset in offsets:
+            cid = old.get((id(seg), offset))
+            if cid is None:
+                rest.append(offset)
+                continue
+            topic.acks += ACK.pack(cid, seg.acceptor, seg.seq, offset)
+            seg.acked += 1
+            topic.release(seg)
+        if rest:
+            keep.append((seg, rest))
+    return keep
+
+
+
 def rewind(topic: Topic, ch: Channel, to: dict, node_id: int, acceptors: int,
            fresh_id: bool = True) -> dict:
     """Make ch deliver again every retained record from `to` (module doc); the answer."""
@@ -188,6 +219,9 @@ def rewind(topic: Topic, ch: Channel, to: dict, node_id: int, acceptors: int,
             start[a] = (per[a][i].seq, offset - 1)
         if fresh_id:
             old = ch.id
+            # what is in flight now was delivered before the rewind: its FIN keeps the old id
+            for m, _, _ in ch.in_flight.entries():
+                ch.rewound[id(m)] = (m, old)
             ch.id = topic.meta.next_channel_id
             topic.meta.next_channel_id += 1
         else:

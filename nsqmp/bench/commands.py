@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "admin": ("admin", "the admin UI's topic list over many brokers, topics and channels: time and memory"),
     "metrics": ("metrics", "the cost of /metrics and of the statsd push on a broker with many topics and channels"),
     "spark": ("spark", "rows/s through the PySpark source, into the noop and Parquet sinks (spark extra)"),
+    "rewind": ("rewind", "a rewind of a topic with millions of retained messages: time to its first delivery"),
 }
 
 class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):

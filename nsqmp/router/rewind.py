@@ -8,8 +8,8 @@ file order is the publish order, and ids and timestamps only grow):
 
 - `earliest`: the first record of the stream's oldest file still on disk;
 - a time T: the first record whose timestamp is T or later: the stream's files are
-  searched by their first record's timestamp (one pread each, binary search), then one
-  file is walked record head by record head;
+  searched by their first record's timestamp (one pread each, binary search), then
+  within one file by halving its byte range (`find_in`);
 - a message id: ids are snowflakes whose node is node-id + acceptor index
   (protocol/ids.py), so the id names its stream, whose files are searched by their first
   id and then walked to the record with that id (404 MESSAGE_NOT_FOUND if no retained
@@ -39,6 +39,8 @@ import mmap
 import os
 from typing import TYPE_CHECKING
 
+from crc32c import crc32c
+
 from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.layouts import DEFER, DUE, ID_AT, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER_SIZE
 
@@ -51,6 +53,7 @@ log = logging.getLogger("nsqmp.router")
 
 _EPOCH_MS = 1288834974657  # protocol/ids.py's epoch (the router may not import protocol's generator)
 _HEAD = RECORD_HEAD.size + DUE.size + MESSAGE_HEAD.size  # enough for any record's head
+_WALK = 64 * 1024  # bytes of a file walked record by record once the search has narrowed it
 
 
 class NotFound(Exception):
@@ -77,23 +80,88 @@ def first_head(seg: Segment) -> tuple[int, int]:
     return ts, mid
 
 
+def _boundary(data, pos: int, end: int) -> int:
+    """The first offset at or after pos where a whole, valid record starts (its CRC-32C
+    checked: a false match is a 2^-32 chance per byte), or end."""
+    unpack = RECORD_HEAD.unpack_from
+    while pos + RECORD_HEAD.size <= end:
+        word, crc = unpack(data, pos)
+        length = word & LENGTH_MASK
+        if MESSAGE_HEAD.size <= length and pos + RECORD_HEAD.size + length <= end:
+            body = pos + RECORD_HEAD.size
+            if crc32c(data[body:body + length]) == crc:
+                return pos
+        pos += 1
+    return end
+
+
+def _count(data, pos: int, end: int) -> int:
+    """How many records lie in [pos, end), walking the length words from pos; -1 if the
+    walk does not land on end (one of the two is not a record boundary)."""
+    unpack = RECORD_HEAD.unpack_from
+    head, mask = RECORD_HEAD.size, LENGTH_MASK
+    n = 0
+    while pos < end:
+        pos += head + (unpack(data, pos)[0] & mask)
+        n += 1
+    return n if pos == end else -1
+
+
+def _walk(data, end: int, by_id: bool, key: int) -> tuple[int, int] | None:
+    """find_in the slow, sure way: every record head from the file's first."""
+    pos, n = SEGMENT_HEADER_SIZE, 0
+    while pos < end:
+        size, rts, rid = _head(data, pos)
+        if (rid if by_id else rts) >= key:
+            if by_id and rid != key:
+                raise NotFound
+            return pos, n
+        pos += size
+        n += 1
+    return None
+
+
 def find_in(seg: Segment, ts: int = -1, mid: int = -1) -> tuple[int, int] | None:
     """(offset, records before it) of the first record of seg at or after time ts, or
-    with id mid; None if every record of the file is before it. Walks the record heads
-    (the file's records are adopted, hence whole: no checksum needed to find a position)."""
+    with id mid; None if every record of the file is before it; NotFound if no record
+    has id mid. Timestamps and ids only grow within a file, so the byte range is halved
+    (a probe finds the next record boundary by its checksum) down to 64 KiB, which is
+    walked; the records before the point are then counted from the nearer end of the
+    file (Segment.records is the file's total)."""
+    by_id = mid >= 0
+    key = mid if by_id else ts
     with open(seg.path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     try:
-        pos, n, end = SEGMENT_HEADER_SIZE, 0, min(seg.end, len(data))
+        end = min(seg.end, len(data))
+        lo, hi = SEGMENT_HEADER_SIZE, end  # lo: a boundary whose record is before the key (or the first)
+        while hi - lo > _WALK:
+            probe = _boundary(data, (lo + hi) // 2, hi)
+            if probe >= hi:
+                hi = (lo + hi) // 2
+                continue
+            if _head(data, probe)[2 if by_id else 1] < key:
+                lo = probe
+            else:
+                hi = probe
+        pos = lo
         while pos < end:
             size, rts, rid = _head(data, pos)
-            if (mid >= 0 and rid >= mid) or (mid < 0 and rts >= ts):
-                if mid >= 0 and rid != mid:
+            if (rid if by_id else rts) >= key:
+                if by_id and rid != mid:
                     raise NotFound
-                return pos, n
+                break
             pos += size
-            n += 1
-        return None
+        else:
+            return None
+        if pos - SEGMENT_HEADER_SIZE <= end - pos:
+            before = _count(data, SEGMENT_HEADER_SIZE, pos)
+        else:
+            after = _count(data, pos, end)
+            before = -1 if after < 0 else seg.records - after
+        if before < 0:  # a probe took a body that holds a valid record for a record
+            return _walk(data, end, by_id, key)
+        return pos, before
     finally:
         data.close()
 

@@ -308,3 +308,43 @@ def test_replay_survives_a_restart_in_its_middle(tmp_path, how):
     finally:
         if b.proc is not None and b.proc.poll() is None:
             assert b.stop() == 0
+
+
+def _segment_file(path, n: int, evil: bool) -> list[tuple[int, int, int]]:
+    """A segment file of n records (every 7th deferred; with evil, bodies that hold a whole
+    valid record); (offset, timestamp, id) of each."""
+    from nsqmp.diskqueue.segment import encode
+    from nsqmp.layouts import MESSAGE_HEAD, SEGMENT_HEADER, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SEGMENT_VERSION
+
+    out, blob, pos = [], bytearray(), SEGMENT_HEADER_SIZE
+    for i in range(n):
+        ts, mid = 1_000_000 + i * 10, 5_000 + i * 3
+        inner = encode([MESSAGE_HEAD.pack(ts + 5, 0, b"%016x" % (mid + 1)) + b"fake"]) if evil else b""
+        payload = MESSAGE_HEAD.pack(ts, 0, b"%016x" % mid) + inner + b"body-%d" % i
+        rec = encode([payload], due_ns=ts if i % 7 == 0 else 0)
+        out.append((pos, ts, mid))
+        blob += rec
+        pos += len(rec)
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, 0).ljust(SEGMENT_HEADER_SIZE, b"\0")
+    path.write_bytes(head + blob + bytes(64))
+    return out
+
+
+@pytest.mark.parametrize("evil", [False, True], ids=["plain", "bodies-holding-records"])
+def test_find_in_a_big_file(tmp_path, evil):
+    from nsqmp.router.rewind import NotFound, find_in
+    from nsqmp.router.topicfiles import Segment
+
+    path = tmp_path / "00.00000000.seg"
+    recs = _segment_file(path, 20_000, evil)
+    seg = Segment(0, 0, str(path))
+    seg.records, seg.end = len(recs), path.stat().st_size - 64
+    for k in (0, 1, 2, 4_999, 10_000, 13_337, 19_999):
+        offset, ts, mid = recs[k]
+        assert find_in(seg, ts=ts) == (offset, k)
+        assert find_in(seg, ts=ts - 3) == (offset, k)  # between two records: the later one
+        assert find_in(seg, mid=mid) == (offset, k)
+    assert find_in(seg, ts=recs[-1][1] + 1) is None
+    assert find_in(seg, ts=0) == (recs[0][0], 0)
+    with pytest.raises(NotFound):
+        find_in(seg, mid=recs[500][2] + 1)

@@ -9,7 +9,7 @@ file order is the publish order, and ids and timestamps only grow):
 - `earliest`: the first record of the stream's oldest file still on disk;
 - a time T: the first record whose timestamp is T or later: the stream's files are
   searched by their first record's timestamp (one pread each, binary search), then
-  within one file by halving its byte range (`find_in`);
+  one file by its marks (`find_in`);
 - a message id: ids are snowflakes whose node is node-id + acceptor index
   (protocol/ids.py), so the id names its stream, whose files are searched by their first
   id and then walked to the record with that id (404 MESSAGE_NOT_FOUND if no retained
@@ -39,8 +39,6 @@ import mmap
 import os
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
 from nsqmp.diskqueue.acklog import ENTRY as ACK
 from nsqmp.layouts import DEFER, DUE, ID_AT, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER_SIZE
 
@@ -53,7 +51,6 @@ log = logging.getLogger("nsqmp.router")
 
 _EPOCH_MS = 1288834974657  # protocol/ids.py's epoch (the router may not import protocol's generator)
 _HEAD = RECORD_HEAD.size + DUE.size + MESSAGE_HEAD.size  # enough for any record's head
-_WALK = 64 * 1024  # bytes of a file walked record by record once the search has narrowed it
 
 
 class NotFound(Exception):
@@ -80,88 +77,37 @@ def first_head(seg: Segment) -> tuple[int, int]:
     return ts, mid
 
 
-def _boundary(data, pos: int, end: int) -> int:
-    """The first offset at or after pos where a whole, valid record starts (its CRC-32C
-    checked: a false match is a 2^-32 chance per byte), or end."""
-    unpack = RECORD_HEAD.unpack_from
-    while pos + RECORD_HEAD.size <= end:
-        word, crc = unpack(data, pos)
-        length = word & LENGTH_MASK
-        if MESSAGE_HEAD.size <= length and pos + RECORD_HEAD.size + length <= end:
-            body = pos + RECORD_HEAD.size
-            if crc32c(data[body:body + length]) == crc:
-                return pos
-        pos += 1
-    return end
-
-
-def _count(data, pos: int, end: int) -> int:
-    """How many records lie in [pos, end), walking the length words from pos; -1 if the
-    walk does not land on end (one of the two is not a record boundary)."""
-    unpack = RECORD_HEAD.unpack_from
-    head, mask = RECORD_HEAD.size, LENGTH_MASK
-    n = 0
-    while pos < end:
-        pos += head + (unpack(data, pos)[0] & mask)
-        n += 1
-    return n if pos == end else -1
-
-
-def _walk(data, end: int, by_id: bool, key: int) -> tuple[int, int] | None:
-    """find_in the slow, sure way: every record head from the file's first."""
-    pos, n = SEGMENT_HEADER_SIZE, 0
-    while pos < end:
-        size, rts, rid = _head(data, pos)
-        if (rid if by_id else rts) >= key:
-            if by_id and rid != key:
-                raise NotFound
-            return pos, n
-        pos += size
-        n += 1
-    return None
-
-
 def find_in(seg: Segment, ts: int = -1, mid: int = -1) -> tuple[int, int] | None:
     """(offset, records before it) of the first record of seg at or after time ts, or
     with id mid; None if every record of the file is before it; NotFound if no record
-    has id mid. Timestamps and ids only grow within a file, so the byte range is halved
-    (a probe finds the next record boundary by its checksum) down to 64 KiB, which is
-    walked; the records before the point are then counted from the nearer end of the
-    file (Segment.records is the file's total)."""
+    has id mid. Timestamps and ids only grow within a file: the segment's marks (record
+    boundaries with their counts, about every 4,096 records: Segment.marks) are searched
+    by the key of the record at each, then at most one stretch between two marks is
+    walked record head by record head."""
     by_id = mid >= 0
     key = mid if by_id else ts
     with open(seg.path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     try:
         end = min(seg.end, len(data))
-        lo, hi = SEGMENT_HEADER_SIZE, end  # lo: a boundary whose record is before the key (or the first)
-        while hi - lo > _WALK:
-            probe = _boundary(data, (lo + hi) // 2, hi)
-            if probe >= hi:
-                hi = (lo + hi) // 2
-                continue
-            if _head(data, probe)[2 if by_id else 1] < key:
-                lo = probe
+        marks = [(SEGMENT_HEADER_SIZE, 0)] + [m for m in seg.marks if m[0] < end]
+        lo, hi = 0, len(marks) - 1
+        while lo < hi:  # the last mark whose record is before the key (or the first mark)
+            half = (lo + hi + 1) // 2
+            if _head(data, marks[half][0])[2 if by_id else 1] < key:
+                lo = half
             else:
-                hi = probe
-        pos = lo
+                hi = half - 1
+        pos, n = marks[lo]
         while pos < end:
             size, rts, rid = _head(data, pos)
             if (rid if by_id else rts) >= key:
                 if by_id and rid != mid:
                     raise NotFound
-                break
+                return pos, n
             pos += size
-        else:
-            return None
-        if pos - SEGMENT_HEADER_SIZE <= end - pos:
-            before = _count(data, SEGMENT_HEADER_SIZE, pos)
-        else:
-            after = _count(data, pos, end)
-            before = -1 if after < 0 else seg.records - after
-        if before < 0:  # a probe took a body that holds a valid record for a record
-            return _walk(data, end, by_id, key)
-        return pos, before
+            n += 1
+        return None
     finally:
         data.close()
 

@@ -25,6 +25,7 @@ from nsqmp.router.retention import Retention
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
 
+MARK_EVERY = 4096  # records between two of a segment's marks
 _COMPACT_MIN = 100_000  # dead entries before the ack log is worth a rewrite
 log = logging.getLogger("nsqmp.router")
 
@@ -32,7 +33,7 @@ log = logging.getLogger("nsqmp.router")
 class Segment:
     """One segment file of one acceptor: its references and byte counts."""
 
-    __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped", "acked", "records", "end")
+    __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped", "acked", "records", "end", "marks")
 
     def __init__(self, acceptor: int, seq: int, path: str) -> None:
         self.acceptor = acceptor
@@ -48,6 +49,9 @@ class Segment:
         # a channel the file as one range (router/rewind.py) without reading it
         self.records = 0
         self.end = 0
+        # (offset, records before it) about every MARK_EVERY records: where a rewind to a
+        # time or an id starts walking the file (router/rewind.py find_in)
+        self.marks: list[tuple[int, int]] = []
 
 
 class TopicFiles:
@@ -95,6 +99,8 @@ class TopicFiles:
         seg.records += records
         if end > seg.end:
             seg.end = end
+            if seg.records - (seg.marks[-1][1] if seg.marks else 0) >= MARK_EVERY:
+                seg.marks.append((end, seg.records))
         if not seg.dropped:
             self.disk_bytes += n
 

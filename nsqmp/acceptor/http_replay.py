@@ -3,6 +3,8 @@
     POST /channel/rewind?topic=T&channel=C&to=<point>
     POST /channel/create?topic=T&channel=C&from=<point>   (without from: nsqd's create)
 
+    POST /topic/retention?topic=T&time=<duration>&bytes=<bytesize>   (router/retention.py)
+
 A point is `earliest`, a message id (16 hex digits, as a consumer sees it) or an
 RFC 3339 time (`2026-11-24T21:00:00Z`, `...T21:00:00.123456789+01:00`). The request
 goes to the router owning the topic (router/rewind.py), which answers with JSON:
@@ -24,7 +26,9 @@ from datetime import datetime
 import orjson
 
 from nsqmp.acceptor.http_admin import ADMIN_ROUTES, _topic_channel_args
-from nsqmp.acceptor.http_request import JSON, HttpError, Request
+from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request, check_params
+from nsqmp.config.options import parse_bytesize, parse_duration
+from nsqmp.protocol.names import is_valid_name
 
 _STATUS = {"TOPIC_NOT_FOUND": 404, "CHANNEL_NOT_FOUND": 404, "MESSAGE_NOT_FOUND": 404,
            "EPHEMERAL_TOPIC": 400, "INVALID_REQUEST": 400}
@@ -87,7 +91,31 @@ async def h_create(server, req: Request):
     return await _ask(server, {"op": "channel_create_from", "topic": topic, "channel": channel, "to": point})
 
 
+async def h_retention(server, req: Request):
+    """POST /topic/retention?topic=T&time=<duration>&bytes=<bytesize>: the topic's own
+    retention in place of the flags' (a missing one is 0; both 0: none for this topic)."""
+    check_params(req)
+    topic = req.query.get("topic")
+    if topic is None:
+        raise HttpError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_name(topic.encode()):
+        raise HttpError(400, "INVALID_ARG_TOPIC")
+    try:
+        time_s = parse_duration(req.query.get("time", "0s"))
+        max_bytes = parse_bytesize(req.query.get("bytes", "0"))
+    except ValueError:
+        raise HttpError(400, "INVALID_VALUE") from None
+    if time_s < 0 or max_bytes < 0:
+        raise HttpError(400, "INVALID_VALUE")
+    reply = await server.ask_owner({"op": "topic_retention", "topic": topic, "time": time_s, "bytes": max_bytes})
+    err = reply.get("error")
+    if err:
+        raise HttpError(_STATUS.get(err, 500), err)
+    return 200, b"", TEXT
+
+
 REPLAY_ROUTES = {
+    "/topic/retention": (("POST",), h_retention),
     "/channel/rewind": (("POST",), h_rewind),
     "/channel/create": (("POST",), h_create),
 }

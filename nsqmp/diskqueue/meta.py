@@ -15,6 +15,9 @@ messages deferred by REQ with a delay: [acceptor, seq, offset, due unix ns, atte
 `attempts` (same life) the delivery attempts of its queued messages that were already
 delivered at least once: [acceptor, seq, offset, attempts].
 
+`retention` (written only once set by POST /topic/retention): [seconds, bytes], the
+topic's own retention-time and retention-bytes in place of the flags' ([0, 0]: none).
+
 `start` is where the channel began: per acceptor stream, the position (seq, offset) of
 the last record published before the channel existed; records at or before it are not
 the channel's. An acceptor missing from it had published nothing yet. null means the
@@ -49,8 +52,10 @@ class TopicMeta:
     counts: dict[str, int] = field(default_factory=dict)
     backlog_start: dict[int, tuple[int, int]] = field(default_factory=dict)
     paused_at: dict[int, tuple[int, int]] | None = None
+    retention: tuple[float, int] | None = None
 
     def to_json(self) -> bytes:
+        extra = {} if self.retention is None else {"retention": list(self.retention)}
         return json.dumps({
             "version": VERSION,
             "paused": self.paused,
@@ -65,6 +70,7 @@ class TopicMeta:
                  "start": None if c.start is None else {str(a): list(p) for a, p in c.start.items()}}
                 for c in self.channels
             ],
+            **extra,
         }, indent=1).encode()
 
     @classmethod
@@ -79,6 +85,8 @@ class TopicMeta:
             backlog_start={int(a): (int(p[0]), int(p[1])) for a, p in raw.get("backlog_start", {}).items()},
             paused_at=None if raw.get("paused_at") is None
             else {int(a): (int(p[0]), int(p[1])) for a, p in raw["paused_at"].items()},
+            retention=None if raw.get("retention") is None
+            else (float(raw["retention"][0]), int(raw["retention"][1])),
             channels=[
                 ChannelMeta(c["name"], int(c["id"]), bool(c.get("paused", False)),
                             None if c.get("start") is None

@@ -11,7 +11,7 @@ import shutil
 
 from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
-from nsqmp.router import rewind
+from nsqmp.router import retention, rewind
 
 log = logging.getLogger("nsqmp.router")
 
@@ -210,4 +210,5 @@ OPS = {
     "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics
     "ring_high_water": lambda r, q: r.endpoint.high_water(),  # every ring has a router at one end
     **rewind.OPS,  # /channel/rewind, /channel/create?from= (issue 23)
+    "topic_retention": retention.topic_retention,
 }

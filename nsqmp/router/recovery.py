@@ -103,6 +103,8 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     if meta is not None:
         topic.meta = meta
         topic.paused = meta.paused
+        if meta.retention is not None:  # before the scan: it decides which finished files stay
+            retention.apply(topic, *meta.retention)
         for cm in meta.channels:
             topic.add_channel(cm.name.encode(), cm.start, cm.id, cm.paused)
             summary.channels += 1

@@ -115,6 +115,39 @@ def first_timestamp(path: str) -> int:
     return MESSAGE_HEAD.unpack_from(data, at)[0]
 
 
+def apply(topic, time_s: float, max_bytes: int) -> None:
+    """The topic's own retention (POST /topic/retention, or its meta.json at recovery) in
+    place of the flags'; both 0: none for this topic, and the kept files nobody reads go."""
+    if not topic.durable:
+        return
+    if time_s or max_bytes:
+        if topic.retention is None:
+            topic.retention = Retention(time_s, max_bytes)
+        else:
+            topic.retention.time_ns, topic.retention.max_bytes = int(time_s * 1e9), max_bytes
+        return
+    kept, topic.retention = topic.retention, None
+    if kept is not None:
+        for seg, _ in list(kept.kept.values()):
+            if seg.refs <= 0:
+                topic.delete(seg)
+        # one a rewound channel still reads goes when it is released (nothing keeps it now)
+
+
+def topic_retention(router, request) -> dict:
+    """CONTROL op: POST /topic/retention (persisted in meta.json)."""
+    topic = router.topics.get(request["topic"].encode())
+    if topic is None:
+        return {"error": "TOPIC_NOT_FOUND"}
+    if not topic.durable:
+        return {"error": "EPHEMERAL_TOPIC"}
+    time_s, max_bytes = float(request["time"]), int(request["bytes"])
+    apply(topic, time_s, max_bytes)
+    topic.meta.retention = (time_s, max_bytes)
+    topic.save_meta()
+    return {}
+
+
 def configure(links, opts) -> None:
     """The retention options onto the router's TopicLinks (new topics take them)."""
     links.retention_time = float(getattr(opts, "retention_time", 0) or 0)

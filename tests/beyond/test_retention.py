@@ -90,3 +90,30 @@ def test_retention_time_keeps_then_deletes(tmp_path):
         assert time.monotonic() - done > 1.5  # kept for (about) retention-time first
     finally:
         assert b.stop() == 0
+
+
+def test_per_topic_retention_set_at_run_time_persists_and_turns_off(tmp_path):
+    b = Broker(tmp_path / "data", "--max-bytes-per-file", str(FILE), "--sync-timeout", "200ms").start()
+    try:
+        for path, status, body in [
+            ("/topic/retention?topic=own&bytes=1MB", 404, b'{"message":"TOPIC_NOT_FOUND"}'),
+            ("/topic/retention?bytes=1MB", 400, b'{"message":"MISSING_ARG_TOPIC"}'),
+        ]:
+            assert b.http("POST", path)[:2] == (status, body), path
+        assert b.http("POST", "/topic/create?topic=own")[0] == 200
+        assert b.http("POST", "/topic/retention?topic=own&time=soon")[:2] == (400, b'{"message":"INVALID_VALUE"}')
+        assert b.http("GET", "/topic/retention?topic=own&time=1h")[0] == 405
+        assert b.http("POST", "/topic/retention?topic=own&time=1h&bytes=1MB")[:2] == (200, b"")
+        publish_and_consume(b, "own", 1000)
+        publish_and_consume(b, "other", 1000)  # the flags' default (off) for every other topic
+        t = topic_stats(b, "own")
+        assert t["nsqmp_retained_files"] >= 5 and len(seg_files(b, "own")) == t["nsqmp_retained_files"] + 1
+        wait_for(lambda: len(seg_files(b, "other")) <= 2, what="the other topic's files deleted")
+        assert b.stop() == 0
+        b.start()  # kept in meta.json: the files are kept again
+        assert topic_stats(b, "own")["nsqmp_retained_files"] == t["nsqmp_retained_files"]
+        assert b.http("POST", "/topic/retention?topic=own&time=0&bytes=0")[0] == 200  # off: they go now
+        wait_for(lambda: len(seg_files(b, "own")) == 1, what="kept files deleted")
+        assert "nsqmp_retained_files" not in topic_stats(b, "own")
+    finally:
+        assert b.stop() == 0

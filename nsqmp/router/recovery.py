@@ -108,7 +108,7 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
         for cm in meta.channels:
             topic.add_channel(cm.name.encode(), cm.start, cm.id, cm.paused)
             summary.channels += 1
-    finished, acked = _read_acks(topic.dir)
+    finished, acked = _read_acks(topic.dir, {ch.id for ch in topic.channels.values() if ch.id})
     saved = _take_saved(meta)
     files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
     newest = {a: q for a, q in files}  # sorted: the last seq wins
@@ -136,12 +136,15 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     summary.skipped_bytes += stats.skipped_bytes
 
 
-def _read_acks(path: str) -> tuple[dict[int, set[tuple[int, int, int]]], dict[tuple[int, int], int]]:
-    """The ack log: the positions each channel id finished, and the entries per file."""
+def _read_acks(path: str, ids: set[int]) -> tuple[dict[int, set[tuple[int, int, int]]], dict[tuple[int, int], int]]:
+    """The ack log: the positions each channel id of `ids` finished (entries of other ids,
+    a deleted channel's or one a rewind replaced, are only counted), and the entries per
+    file."""
     finished: dict[int, set[tuple[int, int, int]]] = {}
     acked: dict[tuple[int, int], int] = {}  # ack log entries per file
     for cid, acceptor, seq, offset in acklog.read(path):
-        finished.setdefault(cid, set()).add((acceptor, seq, offset))
+        if cid in ids:
+            finished.setdefault(cid, set()).add((acceptor, seq, offset))
         acked[acceptor, seq] = acked.get((acceptor, seq), 0) + 1
     return finished, acked
 

@@ -15,9 +15,16 @@ swept once that channel is done with it again. Deletion runs on the syncing thre
 every other deletion does. Kept bytes are not the topic's `disk_bytes` (max-topic-bytes
 counts what channels still have to deliver, not what is kept for replay).
 
-After a restart recovery scans every file, kept ones included, and the same rule keeps
-them again (router/recovery.py): the mtime is the file's own, so a restart does not
-make a file younger.
+Restarts. The kept files are written down in meta.json (`kept`, at the next periodic
+sync): each with its record count, end, bytes, marks and K, the topic's next channel id
+when the file was last finished by every channel. Recovery (router/recovery.py) reads a
+kept file only for the channels that may still want it (an id of K or more, which only a
+rewind or a channel created later has, and a start inside or before the file); for the
+others it takes the figures from meta.json, so a restart does not read gigabytes of
+retained records. Their ack-log entries are dead once the file is written down (the
+compaction drops them): nobody needs them any more. A file not yet written down (a crash
+within a sync period) is scanned as any other. The mtime is the file's own, so a restart
+does not make a file younger.
 """
 from __future__ import annotations
 
@@ -36,38 +43,69 @@ _FIRST_TS = RECORD_HEAD.size + MESSAGE_HEAD.size + DUE.size  # enough of a first
 class Retention:
     """One topic's kept files, and the rule that deletes them (retention-time, -bytes)."""
 
-    __slots__ = ("time_ns", "max_bytes", "kept", "bytes")
+    __slots__ = ("time_ns", "max_bytes", "kept", "bytes", "dirty")
 
     def __init__(self, time_s: float, max_bytes: int) -> None:
         self.time_ns = int(time_s * 1e9)
         self.max_bytes = max_bytes
-        self.kept: dict[tuple[int, int], tuple[Segment, int]] = {}  # (acceptor, seq) -> (seg, mtime ns)
+        # (acceptor, seq) -> [seg, mtime ns, K, written down in meta.json]
+        self.kept: dict[tuple[int, int], list] = {}
         self.bytes = 0  # record bytes of the kept files
+        self.dirty = False  # meta.json's list is behind
 
-    def keep(self, seg: Segment) -> bool:
-        """seg is finished and rolled past: kept from now on; False if it was already."""
+    def keep(self, seg: Segment, next_id: int) -> bool:
+        """seg is finished by every channel (ids below next_id) and rolled past: kept from
+        now on; False if it was already."""
         key = (seg.acceptor, seg.seq)
-        if key in self.kept:
+        entry = self.kept.get(key)
+        if entry is not None:
+            if entry[2] != next_id:  # finished again, by the channels made since too
+                entry[2], entry[3], self.dirty = next_id, False, True
             return False
         try:
             mtime = os.stat(seg.path).st_mtime_ns
         except OSError:
             mtime = time.time_ns()
-        self.kept[key] = (seg, mtime)
+        self.kept[key] = [seg, mtime, next_id, False]
         self.bytes += seg.bytes
+        self.dirty = True
         return True
+
+    def reread(self, seg: Segment) -> None:
+        """A rewind hands seg to a channel again: its ack-log entries are live again."""
+        entry = self.kept.get((seg.acceptor, seg.seq))
+        if entry is not None and entry[3]:
+            entry[3], self.dirty = False, True
+
+    def written(self) -> tuple[list, int]:
+        """meta.json's `kept` list now (module doc), and the ack-log entries that this
+        makes dead; every entry counts as written down from now on."""
+        out, dead = [], 0
+        for entry in self.kept.values():
+            seg, _, k, saved = entry
+            out.append([seg.acceptor, seg.seq, seg.records, seg.end, seg.bytes, k, [list(m) for m in seg.marks]])
+            if not saved and seg.refs <= 0:
+                dead += seg.acked
+            entry[3] = True
+        self.dirty = False
+        return out, dead
+
+    def unneeded(self) -> set[tuple[int, int]]:
+        """The kept files written down whose ack-log entries nobody needs."""
+        return {key for key, entry in self.kept.items() if entry[3] and entry[0].refs <= 0}
 
     def forget(self, seg: Segment) -> None:
         """seg is deleted (or the topic goes)."""
         if self.kept.pop((seg.acceptor, seg.seq), None) is not None:
             self.bytes -= seg.bytes
+            self.dirty = True
 
     def due(self, now_ns: int) -> list[Segment]:
         """The kept files to delete now, oldest first: older than retention-time, then the
         oldest while the kept bytes pass retention-bytes. Files a channel reads stay."""
         out: list[Segment] = []
         left = self.bytes
-        for seg, mtime in sorted(self.kept.values(), key=lambda e: (e[1], e[0].acceptor, e[0].seq)):
+        for seg, mtime, _, _ in sorted(self.kept.values(), key=lambda e: (e[1], e[0].acceptor, e[0].seq)):
             expired = self.time_ns and now_ns - mtime > self.time_ns
             over = self.max_bytes and left > self.max_bytes
             if not (expired or over):
@@ -128,7 +166,7 @@ def apply(topic, time_s: float, max_bytes: int) -> None:
         return
     kept, topic.retention = topic.retention, None
     if kept is not None:
-        for seg, _ in list(kept.kept.values()):
+        for seg, _, _, _ in list(kept.kept.values()):
             if seg.refs <= 0:
                 topic.delete(seg)
         # one a rewound channel still reads goes when it is released (nothing keeps it now)

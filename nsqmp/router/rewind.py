@@ -247,10 +247,13 @@ def rewind(topic: Topic, ch: Channel, to: dict, node_id: int, acceptors: int,
         topic.save_meta()  # before the first replayed message goes out
     count = 0
     pending = ch.pending
+    kept = topic.retention
     for seg, begin, end, n in replay:
         pending.add(seg, begin, end, n)
         seg.refs += n
         count += n
+        if kept is not None:
+            kept.reread(seg)  # its acks matter again (the channel's new id is K or more)
     ch.message_count += count
     ch.mark(ch)
     log.info("TOPIC(%s): channel %s rewound: %d messages to deliver again%s",

@@ -109,7 +109,7 @@ class TopicFiles:
         seg.refs -= count
         if seg.refs <= 0 and seg.seq < self.latest_seq.get(seg.acceptor, -1):
             if self.retention is not None and not self.ephemeral:
-                if self.retention.keep(seg) and not seg.dropped:
+                if self.retention.keep(seg, self.meta.next_channel_id) and not seg.dropped:
                     seg.dropped = True  # kept for replay: no longer the cap's
                     self.disk_bytes -= seg.bytes
                 return
@@ -139,6 +139,11 @@ class TopicFiles:
     def save_meta(self) -> None:
         """meta.json now (channels, pauses, start points)."""
         if self.durable:
+            if self.retention is not None:
+                self.meta.kept, dead = self.retention.written()
+                self.dead_acks += dead  # nobody needs them once the file is written down
+            else:
+                self.meta.kept = []
             try:
                 metafile.write(self.dir, self.meta)
             except OSError as exc:
@@ -179,6 +184,8 @@ class TopicFiles:
         self.flush_acks()
         if self.retention is not None:
             self.sweep(time.time_ns())
+            if self.retention.dirty:
+                self.save_meta()  # the kept files written down: recovery need not read them
         if self.acklog is not None:
             self.acklog.finish_compaction()  # one that ran since the last sync
             self.acklog.sync()
@@ -186,5 +193,7 @@ class TopicFiles:
             # log (each rewrite then removes at least half of what it reads: O(1) per FIN)
             if not self.acklog.compacting and self.dead_acks > max(_COMPACT_MIN, self.acklog.entries // 2):
                 live = {(s.acceptor, s.seq) for s in self.segments.values()}
+                if self.retention is not None:
+                    live -= self.retention.unneeded()
                 self.acklog.compact_soon(live)
                 self.dead_acks = 0

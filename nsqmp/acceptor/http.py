@@ -20,6 +20,7 @@ from nsqmp.acceptor.http_log import LOG_ROUTES
 from nsqmp.acceptor.http_metrics import h_metrics
 from nsqmp.acceptor.http_peek import PEEK_ROUTES
 from nsqmp.acceptor.http_publish import h_mpub, h_pub
+from nsqmp.acceptor.http_replay import REPLAY_ROUTES
 from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
 from nsqmp.acceptor.http_stats import h_stats
 from nsqmp.acceptor.ttl_dlq import ROUTES as TTL_DLQ_ROUTES
@@ -153,4 +154,5 @@ ROUTES = {
     **PEEK_ROUTES,  # /channel/peek, /topic/peek (nsqmp's, issue 23)
     **LOG_ROUTES,  # nsqmp's own: a topic read as a log
     **TTL_DLQ_ROUTES,  # nsqmp's: POST /topic/ttl, /channel/dead-letter
+    **REPLAY_ROUTES,  # /channel/rewind; /channel/create takes `from` (issue 23)
 }

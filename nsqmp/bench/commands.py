@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "metrics": ("metrics", "the cost of /metrics and of the statsd push on a broker with many topics and channels"),
     "peek": ("peek", "GET /channel/peek's time on a channel with a million messages queued (p50/p99)"),
     "spark": ("spark", "rows/s through the PySpark source, into the noop and Parquet sinks (spark extra)"),
+    "rewind": ("rewind", "a rewind of a topic with millions of retained messages: time to its first delivery"),
 }
 
 class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):

@@ -817,6 +817,18 @@ OPTIONS: tuple[Option, ...] = (
         section="storage", nsqd=False, check=at_least(0),
     ),
     Option(
+        "retention-time", DURATION, "0s",
+        "Keep a topic's finished segment files this long after their last write, for "
+        "/channel/rewind (0: off, a file goes once every channel is done with it).",
+        section="storage", nsqd=False, check=at_least(0),
+    ),
+    Option(
+        "retention-bytes", BYTESIZE, 0,
+        "Keep at most this many bytes of finished segment files per topic, oldest deleted "
+        "first, for /channel/rewind (0: off).",
+        section="storage", nsqd=False, check=at_least(0),
+    ),
+    Option(
         "topic-full-policy", STR, "refuse",
         "At max-topic-bytes: 'refuse' new messages (E_PUB_FAILED, HTTP 503) until consumers "
         "catch up, or 'drop-oldest' queued messages and count them (nsqmp_dropped_count).",

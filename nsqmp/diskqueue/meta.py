@@ -20,6 +20,14 @@ own message TTL, POST /topic/ttl), and per channel `max_attempts` and `dead_lett
 (POST /channel/dead-letter; max_attempts 0 = dead letters off for this channel, absent =
 the broker's --max-attempts).
 
+`retention` (written only once set by POST /topic/retention): [seconds, bytes], the
+topic's own retention-time and retention-bytes in place of the flags' ([0, 0]: none).
+
+`kept` (written only while retention keeps files): the finished segment files kept for
+replay, [acceptor, seq, records, end, bytes, K, [[offset, records before], ...]]: every
+channel with an id below K had finished the file when it was written down, so recovery
+need not read it for them (router/retention.py).
+
 `start` is where the channel began: per acceptor stream, the position (seq, offset) of
 the last record published before the channel existed; records at or before it are not
 the channel's. An acceptor missing from it had published nothing yet. null means the
@@ -57,9 +65,15 @@ class TopicMeta:
     backlog_start: dict[int, tuple[int, int]] = field(default_factory=dict)
     paused_at: dict[int, tuple[int, int]] | None = None
     ttl_ms: int | None = None  # None: the broker's --msg-ttl
+    retention: tuple[float, int] | None = None
+    kept: list = field(default_factory=list)
 
     def to_json(self) -> bytes:
         extra: dict = {} if self.ttl_ms is None else {"ttl_ms": self.ttl_ms}
+        if self.retention is not None:
+            extra["retention"] = list(self.retention)
+        if self.kept:
+            extra["kept"] = self.kept
         return json.dumps({
             "version": VERSION,
             "paused": self.paused,
@@ -90,6 +104,9 @@ class TopicMeta:
             backlog_start={int(a): (int(p[0]), int(p[1])) for a, p in raw.get("backlog_start", {}).items()},
             paused_at=None if raw.get("paused_at") is None
             else {int(a): (int(p[0]), int(p[1])) for a, p in raw["paused_at"].items()},
+            retention=None if raw.get("retention") is None
+            else (float(raw["retention"][0]), int(raw["retention"][1])),
+            kept=list(raw.get("kept", [])),
             channels=[
                 ChannelMeta(c["name"], int(c["id"]), bool(c.get("paused", False)),
                             None if c.get("start") is None

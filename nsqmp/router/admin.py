@@ -13,6 +13,7 @@ from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.ipc import records
 from nsqmp.router.peek import channel_peek, topic_peek
 from nsqmp.router import deadletter, expiry
+from nsqmp.router import retention, rewind
 
 log = logging.getLogger("nsqmp.router")
 
@@ -213,4 +214,6 @@ OPS = {
                                    **{kind: h.snapshot() for kind, h in r.deadlines.fire_lateness.items()}},
     "sync_times": lambda r, q: {"index": r.index, **SYNCS.snapshot()},  # the ack logs' syncs, for /metrics
     "ring_high_water": lambda r, q: r.endpoint.high_water(),  # every ring has a router at one end
+    **rewind.OPS,  # /channel/rewind, /channel/create?from= (issue 23)
+    "topic_retention": retention.topic_retention,
 }

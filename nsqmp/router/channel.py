@@ -24,6 +24,7 @@ from nsqmp.router.filequeue import FileQueue
 from nsqmp.router.flight import DEFER_SLOT_NS, Consumer, Deferred
 from nsqmp.router.inflight import Flight, InFlightMap  # native/inflight.c, or its twin router/pyinflight.py
 from nsqmp.router.readback import Message  # native/readback.c, or its twin router/pyreadback.py
+from nsqmp.router.rewind import old_acks
 
 if TYPE_CHECKING:
     from nsqmp.router.latency import E2eLatency
@@ -72,6 +73,9 @@ class Channel:
     dead_letter_count: int = 0
     max_attempts: int = 0
     dead_letter_to: bytes = b""
+    # in flight at a rewind: id(Message) -> (Message, the channel id then); their FINs are
+    # acknowledged under that id, not the replay's (router/rewind.py)
+    rewound: dict = field(default_factory=dict, repr=False)
     # the timer link, and the delivery pass's scheduling of this channel (Delivery.mark)
     deadlines: Deadlines = field(default_factory=lambda: Deadlines(0, 0, 1 << 16), repr=False)
     mark: Callable[[Channel], None] = field(default=unmarked, repr=False)
@@ -178,6 +182,8 @@ class Channel:
         self.mark(self)
         if runs:
             topic = self.topic
+            if self.rewound:  # one test per FIN record; the per-message work only after a rewind
+                runs = old_acks(self, msgs, runs)
             for seg, offsets in runs:
                 topic.finish(self, seg, offsets)
             if topic.full:
@@ -335,6 +341,7 @@ class Channel:
             topic.release(seg, count)
         self.ready.clear()
         self.in_flight.clear()
+        self.rewound.clear()
         self.deferred.clear()
         self.deferred_count = 0
         for c in self.consumers.values():

@@ -26,6 +26,7 @@ from nsqmp.diskqueue.layout import list_topics
 from nsqmp.diskqueue.segment import ScanStats, parse_name, scan
 from nsqmp.layouts import DUE, MESSAGE_HEAD, RECORD_HEAD
 from nsqmp.protocol.names import is_ephemeral
+from nsqmp.router import retention
 from nsqmp.router.readback import Message, read_messages
 
 
@@ -49,6 +50,9 @@ def _message(payload: bytes, seg, offset: int) -> Message:
 
 
 def recover_owned(router) -> Summary:
+    """Rebuild every topic this router owns (the module's steps), after taking the
+    retention options (the topics made from here on keep finished files with them)."""
+    retention.configure(router.links, router.opts)
     summary = Summary()
     for name in list_topics(router.opts.data_path):
         raw = name.encode()
@@ -81,7 +85,8 @@ def rescan_acceptor(router, acceptor: int) -> int:
                     continue
                 msgs.append((_message(payload, seg, offset), due))
                 nbytes += len(payload) - MESSAGE_HEAD.size
-                topic.count_bytes(seg, RECORD_HEAD.size + len(payload) + (DUE.size if due else 0))
+                size = RECORD_HEAD.size + len(payload) + (DUE.size if due else 0)
+                topic.count_bytes(seg, size, 1, offset + size)
                 topic.hwm[acceptor] = (seq, offset)
             if msgs:
                 found += len(msgs)
@@ -98,10 +103,14 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     if meta is not None:
         topic.meta = meta
         topic.paused = meta.paused
+        if meta.retention is not None:  # before the scan: it decides which finished files stay
+            retention.apply(topic, *meta.retention)
         for cm in meta.channels:
             topic.add_channel(cm.name.encode(), cm.start, cm.id, cm.paused)
             summary.channels += 1
-    finished, acked = _read_acks(topic.dir)
+    # kept files (router/retention.py) that no channel may still want are not read
+    wanted, known = _kept_files(topic, meta)
+    finished, acked = _read_acks(topic.dir, {ch.id for ch in topic.channels.values() if ch.id}, known)
     saved = _take_saved(meta)
     files = sorted(p for p in (parse_name(f) for f in os.listdir(topic.dir)) if p is not None)
     newest = {a: q for a, q in files}  # sorted: the last seq wins
@@ -112,7 +121,11 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     for acceptor, seq in files:
         seg = topic.segment(acceptor, seq)
         seg.acked = acked.pop((acceptor, seq), 0)
-        scan_of.segment(seg, resync=not (live_writers and newest[acceptor] == seq))
+        if (acceptor, seq) in known:
+            _known_file(topic, seg, known[acceptor, seq])
+        else:
+            scan_of.segment(seg, resync=not (live_writers and newest[acceptor] == seq),
+                            channels=wanted.get((acceptor, seq)))
         # a segment nobody needs any more (every record finished) goes now, unless it is
         # its acceptor's newest: that one may still be written to
         topic.release(seg, 0)
@@ -129,12 +142,44 @@ def recover_topic(router, name: bytes, summary: Summary) -> None:
     summary.skipped_bytes += stats.skipped_bytes
 
 
-def _read_acks(path: str) -> tuple[dict[int, set[tuple[int, int, int]]], dict[tuple[int, int], int]]:
-    """The ack log: the positions each channel id finished, and the entries per file."""
+def _kept_files(topic, meta) -> tuple[dict, dict]:
+    """meta.json's kept files: (file -> the channels that may still want it, for those
+    some may; file -> its entry, for those none may: not read at all). A channel may want
+    a kept file when its id is K or more (a rewind, or made since) and its start lies
+    before the file's end; a first channel (start None) never: its backlog is unfinished
+    records, and a kept file has none."""
+    wanted: dict = {}
+    known: dict = {}
+    for entry in (meta.kept if meta is not None else []):
+        acceptor, seq, _, end, _, k, _ = entry
+        chans = [ch for ch in topic.channels.values()
+                 if ch.id >= k and ch.start is not None and ch.start.get(acceptor) is not None
+                 and tuple(ch.start[acceptor]) < (seq, end)]
+        if chans:
+            wanted[acceptor, seq] = chans
+        else:
+            known[acceptor, seq] = entry
+    return wanted, known
+
+
+def _known_file(topic, seg, entry) -> None:
+    """A kept file no channel wants: its figures from meta.json, without reading it."""
+    acceptor, seq, records, end, nbytes, _, marks = entry
+    topic.count_bytes(seg, nbytes, records, end)
+    seg.marks = [(int(o), int(n)) for o, n in marks]
+    if (seq, end - 1) > topic.hwm.get(acceptor, (-1, -1)):
+        topic.hwm[acceptor] = (seq, end - 1)
+
+
+def _read_acks(path: str, ids: set[int], known: dict) -> tuple[dict[int, set[tuple[int, int, int]]], dict[tuple[int, int], int]]:
+    """The ack log: the positions each channel id of `ids` finished (entries of other ids,
+    a deleted channel's or one a rewind replaced, and of the `known` kept files are only
+    counted), and the entries per file."""
     finished: dict[int, set[tuple[int, int, int]]] = {}
     acked: dict[tuple[int, int], int] = {}  # ack log entries per file
     for cid, acceptor, seq, offset in acklog.read(path):
-        finished.setdefault(cid, set()).add((acceptor, seq, offset))
+        if cid in ids and (acceptor, seq) not in known:
+            finished.setdefault(cid, set()).add((acceptor, seq, offset))
         acked[acceptor, seq] = acked.get((acceptor, seq), 0) + 1
     return finished, acked
 
@@ -166,10 +211,12 @@ class _TopicScan:
         self.now = time.time_ns()
         self.stats = ScanStats()
 
-    def segment(self, seg, resync: bool) -> None:
+    def segment(self, seg, resync: bool, channels: list | None = None) -> None:
         """Every record of seg goes where it is outstanding: held at the topic, or in each
-        channel that has not finished it (as a file range when never delivered)."""
-        topic, channels, summary, now = self.topic, self.channels, self.summary, self.now
+        channel (of `channels`: those that may want a kept file) that has not finished it
+        (as a file range when never delivered)."""
+        topic, summary, now = self.topic, self.summary, self.now
+        channels = self.channels if channels is None else channels
         acceptor, seq = seg.acceptor, seg.seq
         per_channel: dict = {ch: [] for ch in channels}
         tries: dict = {ch: {} for ch in channels}
@@ -179,7 +226,7 @@ class _TopicScan:
             size = head + len(payload) + (due_size if due else 0)
             m = None  # a Message only for what does not wait as a file range
             topic.hwm[acceptor] = (seq, offset)
-            topic.count_bytes(seg, size)
+            topic.count_bytes(seg, size, 1, offset + size)
             due = due if due > now else 0
             summary.messages += 1
             if due:

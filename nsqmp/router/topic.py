@@ -26,6 +26,7 @@ from nsqmp.router.deadletter import default_target
 from nsqmp.router.filequeue import FileQueue, read_span
 from nsqmp.router.latency import E2eLatency, aggregate
 from nsqmp.router.readback import read_messages
+from nsqmp.router.retention import Retention
 from nsqmp.router.topicfiles import Segment, TopicFiles
 
 __all__ = ["Segment", "Topic", "TopicLinks"]
@@ -50,6 +51,8 @@ class TopicLinks:
     msg_ttl_ns: int = 0  # --msg-ttl, --max-attempts: the defaults of new topics and channels
     max_attempts: int = 0
     dead_letters: object = None  # the router's DeadLetters (router/deadletter.py)
+    retention_time: float = 0.0  # seconds; with retention_bytes: finished files kept for replay
+    retention_bytes: int = 0
 
 
 class Topic(TopicFiles):
@@ -59,6 +62,8 @@ class Topic(TopicFiles):
                  links: TopicLinks | None = None) -> None:
         self.links = links if links is not None else TopicLinks()
         super().__init__(name, data_path, self.links.acks_due)
+        if self.durable and (self.links.retention_time or self.links.retention_bytes):
+            self.retention = Retention(self.links.retention_time, self.links.retention_bytes)
         self.mem_queue_size = mem_queue_size  # #ephemeral: what it holds at most (more are dropped)
         self.in_memory = mem_queue_size  # durable: queued as objects per channel before ranges
         self.channels: dict[bytes, Channel] = {}
@@ -194,7 +199,7 @@ class Topic(TopicFiles):
         if not msgs:
             return
         if seg is not None:
-            self.count_bytes(seg, consumed)
+            self.count_bytes(seg, consumed, len(msgs), span_end)
         self.adopt(msgs, nbytes, lazy, (seg, offset, span_end, count))
         if seg is not None and self.links.max_topic_bytes:
             self.check_cap()
@@ -214,7 +219,7 @@ class Topic(TopicFiles):
         """A batch of `count` records [start, end) of seg, left in the file for now."""
         size = end - start
         self.hwm[seg.acceptor] = (seg.seq, end - 1)  # past every record of the batch
-        self.count_bytes(seg, size)
+        self.count_bytes(seg, size, count, end)
         self.message_count += count
         self.message_bytes += size - count * _RECORD_OVERHEAD
         self.queue_range((seg, start, end, count), list(self.channels.values()))
@@ -384,4 +389,5 @@ class Topic(TopicFiles):
             "e2e_processing_latency": aggregate(
                 self.e2e[1], [c.e2e for c in self.channels.values() if c.e2e is not None]
             ) if self.e2e is not None else {"count": 0, "percentiles": None},
+            **(self.retention.stats() if self.retention is not None else {}),
         }

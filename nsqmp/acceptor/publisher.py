@@ -46,6 +46,8 @@ class Publisher:
         self.data_path = opts.data_path
         # what one PUBLISH record may carry: the ring's limit less the descriptor head
         self.max_chunk = plan.ring_capacity // 4 - 512
+        # the limits a publish run checks (read once, as the acceptor's parser does)
+        self._max_msg, self._max_body = opts.max_msg_size, opts.max_body_size
 
     def publish(self, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
         """publish_spans() for bodies held as separate bytes objects (HTTP text /mpub, tools)."""
@@ -110,6 +112,23 @@ class Publisher:
             blob.release()
         records.publish_head_into(rec, self.index, seq, offset, count, topic)
         self.endpoint.send(self._router_slot(topic), rec)
+
+    def publish_run(self, topic: bytes, buf: bytearray, pos: int) -> tuple[int, int, int]:
+        """The PUB/MPUB commands for topic at buf[pos:], while they would be answered OK,
+        appended to the topic's segment as one batch (SegmentWriter.append_run, one C call)
+        and handed off as one PUBLISH_AT: (end, commands, messages). Nothing is taken
+        (commands 0) for a topic without a writer here yet (#ephemeral ones never have
+        one), a full topic, or a first command that needs a roll: publish_spans() does
+        those. Raises OSError if the segment cannot be written (nothing taken)."""
+        writer = self.writers.get(topic)
+        if writer is None or topic in self.full_topics:
+            return pos, 0, 0
+        end, commands, messages, offset, size = writer.append_run(
+            buf, pos, topic, self._max_msg, self._max_body, self.ids)
+        if commands:
+            self.endpoint.send(self._router_slot(topic),
+                               records.publish_at(self.index, writer.seq, offset, messages, size, topic))
+        return end, commands, messages
 
     def _open_writer(self, topic: bytes) -> SegmentWriter:
         """A segment writer for the topic's directory, kept for its next publishes."""

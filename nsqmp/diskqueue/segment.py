@@ -43,6 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import crc32c as _crc32c
 
+from nsqmp.diskqueue.encoder import pub_run
 from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.layouts import (DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER,
                             SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SEGMENT_VERSION)
@@ -206,6 +207,32 @@ class SegmentWriter:
         elif self.sync_every and self._unsynced >= self.sync_every:
             self.sync()
         return self.seq, offset
+
+    def append_run(self, buf: bytearray, pos: int, topic: bytes, max_msg: int, max_body: int,
+                   ids) -> tuple[int, int, int, int, int]:
+        """A run of PUB/MPUB for topic from buf[pos:] appended as one batch, in one C call
+        (encoder.pub_run; ids: the acceptor's IdGenerator, whose state it advances).
+        Returns (end, commands, messages, offset, size): nothing is taken (commands 0)
+        when the file is not open or the first command does not fit before a roll or a
+        growth: append() does those. Raises OSError as append() does."""
+        if self._fd < 0:
+            return pos, 0, 0, 0, 0
+        offset = self.pos
+        room = min(self._size - RECORD_HEAD.size, self.max_bytes) - offset
+        end, commands, messages, size, ms, seq, _ = pub_run(
+            buf, pos, topic, self._fd, offset, room, max_msg, max_body, time.time_ns(), ids.node,
+            ids.ms, ids.seq)
+        if not commands:
+            return pos, 0, 0, 0, 0
+        ids.ms, ids.seq = ms, seq
+        self.pos = offset + size
+        self._unsynced += 1
+        if self.sync_every == 1:  # strict: the run's OKs wait for its sync
+            os.fdatasync(self._fd)
+            self._unsynced = 0
+        elif self.sync_every and self._unsynced >= self.sync_every:
+            self.sync()
+        return end, commands, messages, offset, size
 
     def _pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         with memoryview(data) as view:

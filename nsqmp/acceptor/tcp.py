@@ -327,7 +327,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
                     self._flush_pubs()
                     self.close()
                 break
-            self._flush_pubs()  # while the spans still point into the buffer
+            if self._pubs is not None:
+                self._flush_pubs()  # while the spans still point into the buffer
         except FatalClientError as err:
             try:
                 self._flush_pubs()  # the commands before the failing one are answered first

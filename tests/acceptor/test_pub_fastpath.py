@@ -163,7 +163,11 @@ def _drain(broker, topic: str, count: int, timeout: float = 30.0) -> list[bytes]
     return got
 
 
-def test_a_bad_command_in_a_run_gets_its_error_after_the_good_ones_are_kept(broker):
+@pytest.mark.parametrize("impl", ["native", "python"])
+def test_a_bad_command_in_a_run_gets_its_error_after_the_good_ones_are_kept(make_broker, monkeypatch, impl):
+    if impl == "python":  # the broker's acceptors run the twin
+        monkeypatch.setenv("NSQMP_PURE_PYTHON", "1")
+    broker = make_broker()
     with Connection.connect(broker.tcp_address) as c:
         c.pub("fp_bad", b"first")  # the handler's publish: later ones may go by the run
         good = [b"g%d" % i for i in range(5)]

@@ -43,7 +43,7 @@
 
 #define PR_EPOCH_MS 1288834974657LL  /* nsqmp/protocol/ids.py's _EPOCH_MS (Twitter's) */
 #define PR_SEQ_MAX 0x1000            /* ids per millisecond */
-#define PR_MAX_OUT (4u << 20)        /* bytes encoded per call at most */
+#define PR_MAX_OUT (1u << 20)        /* bytes encoded per call at most (the kept scratch buffer too) */
 
 /* why pub_run stopped */
 #define PR_END 0    /* the buffer ends after the last command taken */

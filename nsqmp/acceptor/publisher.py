@@ -42,6 +42,7 @@ class Publisher:
         self.endpoint = endpoint
         self.ids = IdGenerator(opts.node_id + index)
         self.writers: dict[bytes, SegmentWriter] = {}
+        self.slots: dict[bytes, int] = {}  # the router ring of each topic with a writer
         self.full_topics: set[bytes] = set()  # told by routers (max-topic-bytes, refuse)
         self.data_path = opts.data_path
         # what one PUBLISH record may carry: the ring's limit less the descriptor head
@@ -126,7 +127,7 @@ class Publisher:
         end, commands, messages, offset, size = writer.append_run(
             buf, pos, topic, self._max_msg, self._max_body, self.ids)
         if commands:
-            self.endpoint.send(self._router_slot(topic),
+            self.endpoint.send(self.slots[topic],
                                records.publish_at(self.index, writer.seq, offset, messages, size, topic))
         return end, commands, messages
 
@@ -136,6 +137,7 @@ class Publisher:
             topic_dir(self.data_path, topic.decode()), self.index,
             self.opts.max_bytes_per_file, self.opts.sync_every,
         )
+        self.slots[topic] = self._router_slot(topic)
         return writer
 
     def _router_slot(self, topic: bytes) -> int:
@@ -161,6 +163,7 @@ class Publisher:
     def forget(self, topic: bytes) -> None:
         """The topic was deleted: close its writer (a later publish starts a new directory)."""
         writer = self.writers.pop(topic, None)
+        self.slots.pop(topic, None)
         if writer is not None:
             writer.close()
         self.full_topics.discard(topic)
@@ -173,3 +176,4 @@ class Publisher:
         for writer in self.writers.values():
             writer.close()
         self.writers.clear()
+        self.slots.clear()

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 PUB_RUN_END, PUB_RUN_MORE, PUB_RUN_OTHER, PUB_RUN_ROOM = 0, 1, 2, 3
 _EPOCH_MS = 1288834974657  # nsqmp/protocol/ids.py's
 _SEQ_MAX = 0x1000
-_MAX_OUT = 4 << 20  # bytes encoded per call at most (as the C)
+_MAX_OUT = 1 << 20  # bytes encoded per call at most (as the C)
 _I32 = struct.Struct(">i")
 _EXTRA = RECORD_HEAD.size + MESSAGE_HEAD.size
 

@@ -125,6 +125,14 @@ def test_room_and_pos(pub_run):
         pub_run(bytearray(GOOD), len(GOOD) + 1, b"t", -1, 64, 100, MAX_MSG, MAX_BODY, TS, 5, 0, 0)
 
 
+def test_a_call_encodes_at_most_1_mib_and_the_next_one_goes_on(pub_run):
+    buf = bytearray(wire.pub("t", b"b" * 400) * 3000)  # 1.3 MB of records
+    (end, commands, _, size, _, _, status), _ = run(pub_run, buf, room=1 << 30)
+    assert status == ROOM and size <= 1 << 20 and commands == (1 << 20) // (8 + 26 + 400)
+    (end2, commands2, _, _, _, _, status2), _ = run(pub_run, buf, room=1 << 30, pos=end)
+    assert (end2, commands + commands2, status2) == (len(buf), 3000, END)
+
+
 def test_ids_borrow_the_next_millisecond_and_never_go_back(pub_run, tmp_path):
     buf = bytearray(wire.pub("t", b"a") * 3)
     (_, _, _, _, ms, seq, _), written = run(pub_run, buf, ms=NOW_MS, seq=4095, path=tmp_path / "s")

@@ -263,3 +263,12 @@ def test_kill_9_of_the_acceptor_in_runs_loses_nothing_answered(make_broker):
     broker.wait_ping()
     got = set(_drain(broker, "fp_kill", len(answered), timeout=60))
     assert not set(answered) - got
+
+
+def test_the_twin_shares_the_constants():
+    from nsqmp.protocol import ids
+
+    native = native_module("pub_run")
+    assert (native.PUB_RUN_END, native.PUB_RUN_MORE, native.PUB_RUN_OTHER, native.PUB_RUN_ROOM) == \
+        (END, MORE, OTHER, ROOM)
+    assert twin._EPOCH_MS == ids._EPOCH_MS

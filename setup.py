@@ -9,7 +9,7 @@ setup(
             sources=["native/module.c", "native/layouts.c", "native/flight.c",
                      "native/ring.c", "native/heap.c", "native/parser.c",
                      "native/publish.c", "native/readback.c", "native/acklog.c",
-                     "native/inflight.c", "native/timerfd.c"],
+                     "native/inflight.c", "native/timerfd.c", "native/pubrun.c"],
             depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
                      "native/readback.h", "native/message.h", "native/layouts.h", "native/flight.h"],
             include_dirs=["native"],

@@ -18,6 +18,7 @@ int nsqmp_readback_add(PyObject *module); /* readback.c */
 int nsqmp_inflight_add(PyObject *module); /* inflight.c */
 int nsqmp_timerfd_add(PyObject *module);  /* timerfd.c */
 int nsqmp_layouts_add(PyObject *module);  /* layouts.c */
+int nsqmp_pubrun_add(PyObject *module);   /* pubrun.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -29,6 +30,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_inflight_add,
     nsqmp_timerfd_add,
     nsqmp_layouts_add,
+    nsqmp_pubrun_add,
 };
 
 static int

@@ -91,6 +91,18 @@ def encode_records(
 ) -> int:
     """Segment records of every span of src, written into dst at dst_pos; see native/publish.h."""
 
+PUB_RUN_END: int
+PUB_RUN_MORE: int
+PUB_RUN_OTHER: int
+PUB_RUN_ROOM: int
+
+def pub_run(
+    buf: Buffer, pos: int, topic: Buffer, fd: int, file_pos: int, room: int, max_msg_size: int,
+    max_body_size: int, ts_ns: int, node: int, ms: int, seq: int, /
+) -> tuple[int, int, int, int, int, int, int]:
+    """The PUB/MPUBs for topic at buf[pos:] appended to fd at file_pos with one pwrite:
+    (end, commands, messages, written, ms, seq, status); see native/pubrun.c."""
+
 class Message:
     """A message as the router holds it, in one allocation (native/message.h, readback.c; twin
     nsqmp/router/pyreadback.py). id and body are copies, read-only."""

@@ -55,6 +55,8 @@ class AcceptorSide(Protocol):
     extend_record: Callable[[int, bytearray, bytes, int], bool]
     #: append the bodies at spans of a buffer to the topic's segment (Publisher.publish_spans)
     publish_spans: Callable[[bytes, bytearray, bytes | bytearray, int | list[int]], None]
+    #: a run of PUB/MPUB from a buffer to the topic's segment (Publisher.publish_run)
+    publish_run: Callable[[bytes, bytearray, int], tuple[int, int, int]]
     #: a publisher's data came in: keep the loop awake for its next write (BusyPoll.touch)
     busy_touch: Callable[[], None]
 

@@ -42,10 +42,13 @@ class Publisher:
         self.endpoint = endpoint
         self.ids = IdGenerator(opts.node_id + index)
         self.writers: dict[bytes, SegmentWriter] = {}
+        self.slots: dict[bytes, int] = {}  # the router ring of each topic with a writer
         self.full_topics: set[bytes] = set()  # told by routers (max-topic-bytes, refuse)
         self.data_path = opts.data_path
         # what one PUBLISH record may carry: the ring's limit less the descriptor head
         self.max_chunk = plan.ring_capacity // 4 - 512
+        # the limits a publish run checks (read once, as the acceptor's parser does)
+        self._max_msg, self._max_body = opts.max_msg_size, opts.max_body_size
 
     def publish(self, topic: bytes, bodies: list[bytes], defer_ms: int = 0) -> None:
         """publish_spans() for bodies held as separate bytes objects (HTTP text /mpub, tools)."""
@@ -111,12 +114,30 @@ class Publisher:
         records.publish_head_into(rec, self.index, seq, offset, count, topic)
         self.endpoint.send(self._router_slot(topic), rec)
 
+    def publish_run(self, topic: bytes, buf: bytearray, pos: int) -> tuple[int, int, int]:
+        """The PUB/MPUB commands for topic at buf[pos:], while they would be answered OK,
+        appended to the topic's segment as one batch (SegmentWriter.append_run, one C call)
+        and handed off as one PUBLISH_AT: (end, commands, messages). Nothing is taken
+        (commands 0) for a topic without a writer here yet (#ephemeral ones never have
+        one), a full topic, or a first command that needs a roll: publish_spans() does
+        those. Raises OSError if the segment cannot be written (nothing taken)."""
+        writer = self.writers.get(topic)
+        if writer is None or topic in self.full_topics:
+            return pos, 0, 0
+        end, commands, messages, offset, size = writer.append_run(
+            buf, pos, topic, self._max_msg, self._max_body, self.ids)
+        if commands:
+            self.endpoint.send(self.slots[topic],
+                               records.publish_at(self.index, writer.seq, offset, messages, size, topic))
+        return end, commands, messages
+
     def _open_writer(self, topic: bytes) -> SegmentWriter:
         """A segment writer for the topic's directory, kept for its next publishes."""
         writer = self.writers[topic] = SegmentWriter(
             topic_dir(self.data_path, topic.decode()), self.index,
             self.opts.max_bytes_per_file, self.opts.sync_every,
         )
+        self.slots[topic] = self._router_slot(topic)
         return writer
 
     def _router_slot(self, topic: bytes) -> int:
@@ -142,6 +163,7 @@ class Publisher:
     def forget(self, topic: bytes) -> None:
         """The topic was deleted: close its writer (a later publish starts a new directory)."""
         writer = self.writers.pop(topic, None)
+        self.slots.pop(topic, None)
         if writer is not None:
             writer.close()
         self.full_topics.discard(topic)
@@ -154,3 +176,4 @@ class Publisher:
         for writer in self.writers.values():
             writer.close()
         self.writers.clear()
+        self.slots.clear()

@@ -120,6 +120,7 @@ class Acceptor(Role):
         self.send_record = self.endpoint.send
         self.extend_record = self.endpoint.extend_last
         self.publish_spans = self.publisher.publish_spans
+        self.publish_run = self.publisher.publish_run
         self.busy_touch = self.busy.touch
         self.ring_hold = RingHold()
         self.endpoint.on_unblocked = self.ring_hold.release

@@ -51,6 +51,7 @@ __all__ = ["V2Connection", "COMMANDS", "NeedMore", "Suspended", "fin_run_worth_a
 log = logging.getLogger("nsqmp.acceptor")
 
 _PUB_TOKENS = (b"PUB", b"DPUB")  # taken in runs (V2Connection._queue_pub)
+_RUN_HEADS = (b"PUB ", b"MPUB ")  # what a publish run may start with (V2Connection._pub_run)
 # A run of FINs in the middle of a scanned batch is left to Parser.fins() only when it is
 # this long or ends the batch: leaving the batch throws away the commands scanned after the
 # run (up to scan's 1,024), so a consumer sending TOUCH, FIN, TOUCH, FIN, ... had the rest
@@ -131,6 +132,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self._send = host.send_record
         self._extend = host.extend_record
         self._publish_spans = host.publish_spans
+        self._publish_run = host.publish_run  # a run of PUB/MPUB in one C call
+        self._run_topic = b""  # the topic of the last publish, once a run may take it
         self._busy_touch = host.busy_touch
         self._scan, self._fins_of = host.parser.scan, host.parser.fins
         self._tls_required = bool(host.tls_required)  # True or "tcp-https": TLS before all but IDENTIFY
@@ -252,6 +255,14 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
             while not self.closed and not self.waiting_for:
                 # only IDENTIFY (which ends the batch when it upgrades) changes self.tls
                 tls_gate = self._tls_required and not self.tls  # true or tcp-https
+                # 0. a publisher's run of PUB/MPUB on its last topic: one C call to the segment
+                if self._run_topic and self._pubs is None and buf.startswith(_RUN_HEADS, pos):
+                    end = self._pub_run(pos)
+                    if end != pos:
+                        pos = end
+                        if pos == len(buf) or self.closed:
+                            break
+                        continue
                 # 1. a consumer's run of plain FIN lines: one C call, no tuple per command
                 fin_run = self.state in FIN_STATES and not tls_gate
                 if fin_run and buf.startswith(b"FIN ", pos):
@@ -316,7 +327,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
                     self._flush_pubs()
                     self.close()
                 break
-            self._flush_pubs()  # while the spans still point into the buffer
+            if self._pubs is not None:
+                self._flush_pubs()  # while the spans still point into the buffer
         except FatalClientError as err:
             try:
                 self._flush_pubs()  # the commands before the failing one are answered first

@@ -17,20 +17,22 @@ _EPOCH_MS = 1288834974657
 class IdGenerator:
     def __init__(self, node: int) -> None:
         self.node = node & 0x3FF
-        self._ms = 0
-        self._seq = 0
+        # the state: the millisecond of the last ID and how many of its IDs are taken
+        # (public: the publish run, nsqmp.diskqueue.pubrun, mints IDs from it in C)
+        self.ms = 0
+        self.seq = 0
 
     def next_block(self, count: int) -> int:
         """Reserve `count` (1..4096) consecutive IDs; returns the first of them."""
         if not 0 < count <= 0x1000:
             raise ValueError("1 to 4096 IDs per block")
         ms = time.time_ns() // 1_000_000 - _EPOCH_MS
-        if ms > self._ms:
-            self._ms, self._seq = ms, 0
-        if self._seq + count > 0x1000:
-            self._ms, self._seq = self._ms + 1, 0
-        first = self._ms << 22 | self.node << 12 | self._seq
-        self._seq += count
+        if ms > self.ms:
+            self.ms, self.seq = ms, 0
+        if self.seq + count > 0x1000:
+            self.ms, self.seq = self.ms + 1, 0
+        first = self.ms << 22 | self.node << 12 | self.seq
+        self.seq += count
         return first
 
 

@@ -1,0 +1,128 @@
+"""Pure-Python twin of native/pubrun.c: a run of PUB/MPUB commands from a read buffer to
+a segment file in one call (the reference; same API, same bytes, same stops).
+
+``pub_run(buf, pos, topic, fd, file_pos, room, max_msg_size, max_body_size, ts_ns, node,
+ms, seq)`` takes, from ``buf[pos:]``, the commands ``PUB <topic>\\n`` and ``MPUB <topic>\\n``
+that the general parse loop would answer OK, encodes one segment record per message
+(stamped ts_ns, ids from the generator state (ms, seq) of nsqmp/protocol/ids.py, one per
+message) and writes them at ``file_pos`` of ``fd`` (``fd < 0``: nothing is written) with
+one pwrite. It stops before the first command that is not of that form, is incomplete,
+or would not fit in ``room``; see native/pubrun.c for the exact rules. Returns
+``(end, commands, messages, written, ms, seq, status)``.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import TYPE_CHECKING
+
+from nsqmp.diskqueue.pyencoder import crc32c
+from nsqmp.layouts import MESSAGE_HEAD, RECORD_HEAD
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+PUB_RUN_END, PUB_RUN_MORE, PUB_RUN_OTHER, PUB_RUN_ROOM = 0, 1, 2, 3
+_EPOCH_MS = 1288834974657  # nsqmp/protocol/ids.py's
+_SEQ_MAX = 0x1000
+_MAX_OUT = 1 << 20  # bytes encoded per call at most (as the C)
+_I32 = struct.Struct(">i")
+_EXTRA = RECORD_HEAD.size + MESSAGE_HEAD.size
+
+
+class _Run:
+    """The records of one call and the id generator's state."""
+
+    def __init__(self, ts: int, node: int, ms: int, seq: int, limit: int) -> None:
+        self.out = bytearray()
+        self.ts = ts
+        self.node = node & 0x3FF
+        now_ms = ts // 1_000_000 - _EPOCH_MS
+        self.ms, self.seq = (now_ms, 0) if now_ms > ms else (ms, seq)
+        self.limit = limit
+
+    def encode(self, body: bytes) -> None:
+        if self.seq >= _SEQ_MAX:
+            self.ms, self.seq = self.ms + 1, 0
+        msg_id = b"%016x" % ((self.ms << 22 | self.node << 12 | self.seq) & 0xFFFFFFFFFFFFFFFF)
+        self.seq += 1
+        payload = MESSAGE_HEAD.pack(self.ts, 0, msg_id) + body
+        self.out += RECORD_HEAD.pack(len(payload), crc32c(payload)) + payload
+
+
+def _line(data: bytes, at: int, verb: bytes, topic: bytes) -> int:
+    """Bytes of the line verb+topic+\\n at data[at:], 0 if another command, -1 if cut short."""
+    want = verb + topic + b"\n"
+    have = data[at:at + len(want)]
+    if not want.startswith(have):
+        return 0
+    return len(want) if len(have) == len(want) else -1
+
+
+def _take(run: _Run, data: bytes, at: int, topic: bytes, max_msg: int, max_body: int
+          ) -> tuple[int, int, int]:
+    """(status, bytes used, messages) of the command at data[at:]."""
+    avail = len(data) - at
+    mpub = data[at:at + 1] == b"M"
+    line = _line(data, at, b"MPUB " if mpub else b"PUB ", topic)
+    if line == 0:
+        return PUB_RUN_OTHER, 0, 0
+    if line < 0 or avail - line < 4:
+        return PUB_RUN_MORE, 0, 0
+    (size,) = _I32.unpack_from(data, at + line)
+    body = at + line + 4
+    if not mpub:
+        if size <= 0 or size > max_msg:
+            return PUB_RUN_OTHER, 0, 0
+        if avail - line - 4 < size:
+            return PUB_RUN_MORE, 0, 0
+        if len(run.out) + _EXTRA + size > run.limit:
+            return PUB_RUN_ROOM, 0, 0
+        run.encode(data[body:body + size])
+        return PUB_RUN_END, line + 4 + size, 1
+    if size < 4 or size > max_body:
+        return PUB_RUN_OTHER, 0, 0
+    if avail - line - 4 < size:
+        return PUB_RUN_MORE, 0, 0
+    (count,) = _I32.unpack_from(data, body)
+    if count <= 0 or count > (max_body - 4) // 5:
+        return PUB_RUN_OTHER, 0, 0
+    spans, q, end, need = [], body + 4, body + size, 0
+    for _ in range(count):
+        if end - q < 4:
+            return PUB_RUN_OTHER, 0, 0
+        (m,) = _I32.unpack_from(data, q)
+        if m <= 0 or m > max_msg or end - q - 4 < m:
+            return PUB_RUN_OTHER, 0, 0
+        spans.append((q + 4, m))
+        need += _EXTRA + m
+        q += 4 + m
+    if len(run.out) + need > run.limit:
+        return PUB_RUN_ROOM, 0, 0
+    for off, m in spans:
+        run.encode(data[off:off + m])
+    return PUB_RUN_END, line + 4 + size, count
+
+
+def pub_run(buf: Buffer, pos: int, topic: bytes, fd: int, file_pos: int, room: int,
+            max_msg_size: int, max_body_size: int, ts_ns: int, node: int, ms: int, seq: int, /
+            ) -> tuple[int, int, int, int, int, int, int]:
+    """Take the PUB/MPUB commands for topic from buf[pos:] and append their records to fd
+    (see the module docstring). Raises OSError if the write fails."""
+    data = bytes(buf)
+    if not 0 <= pos <= len(data) or not topic:
+        raise ValueError("pos outside the buffer, or an empty topic")
+    run = _Run(ts_ns, node, ms, seq, max(0, min(room, _MAX_OUT)))
+    at, commands, messages, status = pos, 0, 0, PUB_RUN_END
+    while at < len(data):
+        status, used, count = _take(run, data, at, bytes(topic), max_msg_size, max_body_size)
+        if status != PUB_RUN_END:
+            break
+        at += used
+        commands += 1
+        messages += count
+    if run.out and fd >= 0:
+        done = 0
+        while done < len(run.out):
+            done += os.pwrite(fd, memoryview(run.out)[done:], file_pos + done)
+    return at, commands, messages, len(run.out), run.ms, run.seq, status

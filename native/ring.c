@@ -9,13 +9,23 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "ring.h"
+
+/* idle_head / released_head before the first release_if_idle() call: no
+ * real head reaches it (2^64 bytes). */
+#define NO_HEAD UINT64_MAX
 
 typedef struct {
     PyObject_HEAD
     nqr_ring ring;
     Py_buffer view;
     int attached;
+    uint64_t idle_head;      /* head seen empty by the last release_if_idle() */
+    uint64_t released_head;  /* head at the last release of the data pages */
 } RingObject;
 
 static PyTypeObject Ring_Type;
@@ -159,6 +169,8 @@ Ring_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     self->attached = 1;
+    self->idle_head = NO_HEAD;
+    self->released_head = NO_HEAD;
     return (PyObject *)self;
 }
 
@@ -354,6 +366,53 @@ Ring_prepare_wait(RingObject *self, PyObject *arg)
     return PyBool_FromLong(nqr_prepare_wait(&self->ring, (uint32_t)needed));
 }
 
+PyDoc_STRVAR(Ring_release_if_idle_doc,
+"release_if_idle() -> int\n--\n\n"
+"Producer side, on a slow timer (never per record): when the ring is empty\n"
+"(head == tail) and nothing was pushed since the previous call, give the\n"
+"data area's whole pages back to the kernel (madvise MADV_REMOVE: the shared\n"
+"memory's pages are freed, in every process mapping them).  The page\n"
+"holding the header stays, and so do head, tail and the flags.  Returns the\n"
+"bytes released: 0 when the ring is not idle, was released already at\n"
+"this head, or its buffer is not shared memory (MADV_REMOVE unsupported).");
+
+/*
+ * Why this is safe with a consumer running at the same time: the consumer
+ * copies a record out (pop, pop_many) before its release store of tail, and
+ * we load tail with acquire, so with head == tail every read of consumed
+ * bytes happened before the pages go.  With head == tail nothing is left to
+ * read (no record, no wrap marker: the consumer only looks at bytes in
+ * [tail, head)), and only this producer moves head: a push after the
+ * release writes into fresh zero pages, then publishes head as usual.
+ */
+static PyObject *
+Ring_release_if_idle(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (ring_check(self) < 0)
+        return NULL;
+    const nqr_ring *r = &self->ring;
+    uint64_t head = nqr_producer_head(r);
+    if (head != nqr_producer_tail(r) || head != self->idle_head) {
+        self->idle_head = head;  /* busy, or idle since this call only */
+        return PyLong_FromLong(0);
+    }
+    if (head == self->released_head)
+        return PyLong_FromLong(0);
+    self->released_head = head;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)r->data + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)r->data + r->capacity) & ~(page - 1);
+    if (end <= start)
+        return PyLong_FromLong(0);
+    if (madvise((void *)start, end - start, MADV_REMOVE) != 0) {
+        /* a private buffer (bytearray, private mapping): nothing to free */
+        if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)
+            return PyLong_FromLong(0);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSize_t((size_t)(end - start));
+}
+
 /* ------------------------------------------------------------------ */
 /* consumer                                                            */
 /* ------------------------------------------------------------------ */
@@ -527,6 +586,8 @@ static PyMethodDef Ring_methods[] = {
     {"push_many", (PyCFunction)(void (*)(void))Ring_push_many,
      METH_VARARGS | METH_KEYWORDS, Ring_push_many_doc},
     {"prepare_wait", (PyCFunction)Ring_prepare_wait, METH_O, Ring_prepare_wait_doc},
+    {"release_if_idle", (PyCFunction)Ring_release_if_idle, METH_NOARGS,
+     Ring_release_if_idle_doc},
     {"pop", (PyCFunction)Ring_pop, METH_NOARGS, Ring_pop_doc},
     {"pop_many", (PyCFunction)(void (*)(void))Ring_pop_many,
      METH_VARARGS | METH_KEYWORDS, Ring_pop_many_doc},

@@ -23,6 +23,9 @@ from nsqmp.ipc.doorbell import Doorbell
 from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
 
 BEAT_INTERVAL = 0.25
+# every how many beats the endpoint gives back its idle rings' pages (Endpoint.release_idle):
+# a ring is released once it saw no push across one such period (1-2 s)
+RELEASE_EVERY = 4
 _PR_SET_PDEATHSIG = 1
 # glibc malloc's thresholds, fixed (mallopt): blocks of MMAP_THRESHOLD bytes or more are
 # mapped on their own and unmapped at free; a heap gives back its free top beyond
@@ -88,6 +91,7 @@ class Role:
         self.endpoint: Endpoint
         self.control: ControlBlock
         self._stopping = False
+        self._beats = 0
         self.handlers: dict[int, Callable[[int, bytes], None]] = {}
 
     def run(self) -> int:
@@ -116,6 +120,9 @@ class Role:
     def _beat(self) -> None:
         self.control.beat(self.slot)
         self.loop.call_later(BEAT_INTERVAL, self._beat)
+        self._beats += 1
+        if self._beats % RELEASE_EVERY == 0:
+            self.endpoint.release_idle()
 
     def begin_stop(self) -> None:
         if self._stopping:

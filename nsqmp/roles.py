@@ -24,7 +24,7 @@ from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
 
 BEAT_INTERVAL = 0.25
 # every how many beats the endpoint gives back its idle rings' pages (Endpoint.release_idle):
-# a ring is released once it saw no push across one such period (1-2 s)
+# an empty ring is released once less than 1/8 of it was pushed in one such period (1 s)
 RELEASE_EVERY = 4
 _PR_SET_PDEATHSIG = 1
 # glibc malloc's thresholds, fixed (mallopt): blocks of MMAP_THRESHOLD bytes or more are

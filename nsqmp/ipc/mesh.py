@@ -248,9 +248,10 @@ class Endpoint:
 
     def release_idle(self) -> int:
         """Slow timer (a role's beat), never per record: give back the data pages of each
-        outbound ring that is empty and got nothing since the previous call (see
-        Ring.release_if_idle); returns the bytes released. After a burst each 8 MiB ring
-        otherwise stays resident, counted in the PSS of both its ends."""
+        outbound ring that is empty and got less than an eighth of its capacity since the
+        previous call (see Ring.release_if_idle); returns the bytes released. After a
+        burst each 8 MiB ring otherwise stays resident, counted in the PSS of both its
+        ends, even under a trickle (a bench's /stats polls)."""
         released = 0
         for dst, ring in self.out.items():
             if self._pending[dst]:  # records on their way in: the pages are wanted again

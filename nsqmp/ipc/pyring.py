@@ -96,7 +96,10 @@ _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _madvise.restype = ctypes.c_int
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", 9)  # Linux's value
 _PAGE = mmap.PAGESIZE
-_NO_HEAD = -1  # idle/released head before the first release_if_idle() call
+_NO_HEAD = -1  # last/released head before the first release_if_idle() call
+# quiet: less than capacity >> _QUIET_SHIFT bytes since the previous call (see QUIET_SHIFT
+# in native/ring.c: a trickle must not keep a burst's pages resident)
+_QUIET_SHIFT = 3
 # a private buffer (bytearray, private mapping): nothing to free
 _NOT_SHARED = {errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS}
 
@@ -175,7 +178,7 @@ class PyRing:
         "_capacity",
         "_data_addr",
         "_head",
-        "_idle_head",
+        "_last_head",
         "_mask",
         "_max_record",
         "_mv",
@@ -220,7 +223,7 @@ class PyRing:
         # the data area's address, for madvise; stable while self._mv holds the export
         # (the ctypes object's own export ends with this statement)
         self._data_addr: int = ctypes.addressof(ctypes.c_char.from_buffer(mv)) + HEADER_SIZE
-        self._idle_head = _NO_HEAD
+        self._last_head = _NO_HEAD
         self._released_head = _NO_HEAD
 
     @classmethod
@@ -401,17 +404,18 @@ class PyRing:
         return True
 
     def release_if_idle(self) -> int:
-        """Producer, on a slow timer: when the ring is empty and nothing was pushed since
-        the previous call, give the data area's whole pages back (madvise MADV_REMOVE);
-        returns the bytes released. See Ring_release_if_idle in native/ring.c for why a
-        consumer running meanwhile never sees a released record."""
+        """Producer, on a slow timer: when the ring is empty and quiet (less than
+        capacity/8 bytes pushed since the previous call; the first call only looks), give
+        the data area's whole pages back (madvise MADV_REMOVE); returns the bytes
+        released. See Ring_release_if_idle in native/ring.c for why a consumer running
+        meanwhile never sees a released record."""
         self._view()
         head = self._head[0]
-        if head != self._tail[0] or head != self._idle_head:  # load-acquire of tail in C
-            self._idle_head = head
-            return 0
-        if head == self._released_head:
-            return 0
+        last, self._last_head = self._last_head, head
+        if (head != self._tail[0]  # load-acquire of tail in C
+                or last == _NO_HEAD or head - last >= self._capacity >> _QUIET_SHIFT
+                or head == self._released_head):
+            return 0  # not empty, busy, or released already
         self._released_head = head
         start = (self._data_addr + _PAGE - 1) & ~(_PAGE - 1)
         end = (self._data_addr + self._capacity) & ~(_PAGE - 1)

@@ -19,11 +19,11 @@
  * real head reaches it (2^64 bytes). */
 #define NO_HEAD UINT64_MAX
 /* release_if_idle() calls a ring quiet when less than capacity >> QUIET_SHIFT
- * bytes (1 MiB of an 8 MiB ring) came since the previous call: a trickle (the
- * /stats polls of a bench, a heartbeat) must not keep a burst's pages
+ * bytes (256 KiB of an 8 MiB ring) came since the previous call: a trickle
+ * (the /stats polls of a bench, a heartbeat) must not keep a burst's pages
  * resident, and re-faulting what a quiet ring writes in a call's period costs
- * at most capacity/8/4096 page faults (256 for 8 MiB). */
-#define QUIET_SHIFT 3
+ * at most capacity/32/4096 page faults (64 for 8 MiB; a call every 250 ms). */
+#define QUIET_SHIFT 5
 
 typedef struct {
     PyObject_HEAD
@@ -375,7 +375,7 @@ Ring_prepare_wait(RingObject *self, PyObject *arg)
 PyDoc_STRVAR(Ring_release_if_idle_doc,
 "release_if_idle() -> int\n--\n\n"
 "Producer side, on a slow timer (never per record): when the ring is empty\n"
-"(head == tail) and quiet (less than capacity/8 bytes pushed since the\n"
+"(head == tail) and quiet (less than capacity/32 bytes pushed since the\n"
 "previous call; the first call only looks), give the\n"
 "data area's whole pages back to the kernel (madvise MADV_REMOVE: the shared\n"
 "memory's pages are freed, in every process mapping them).  The page\n"

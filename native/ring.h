@@ -66,7 +66,7 @@
  *
  * Idle release (Ring.release_if_idle, ring.c): the producer may give the
  * data area's whole pages back to the kernel while head == tail (it does
- * when the ring is also quiet: less than capacity/8 pushed since its
+ * when the ring is also quiet: less than capacity/32 pushed since its
  * previous call, a slow timer's period apart); the
  * consumer never reads bytes outside [tail, head), and it copies a record
  * out before its release store of tail, so the next push simply lands in

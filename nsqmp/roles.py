@@ -23,9 +23,6 @@ from nsqmp.ipc.doorbell import Doorbell
 from nsqmp.ipc.mesh import Endpoint, Plan, attach_to_loop
 
 BEAT_INTERVAL = 0.25
-# every how many beats the endpoint gives back its idle rings' pages (Endpoint.release_idle):
-# an empty ring is released once less than 1/8 of it was pushed in one such period (1 s)
-RELEASE_EVERY = 4
 _PR_SET_PDEATHSIG = 1
 # glibc malloc's thresholds, fixed (mallopt): blocks of MMAP_THRESHOLD bytes or more are
 # mapped on their own and unmapped at free; a heap gives back its free top beyond
@@ -91,7 +88,6 @@ class Role:
         self.endpoint: Endpoint
         self.control: ControlBlock
         self._stopping = False
-        self._beats = 0
         self.handlers: dict[int, Callable[[int, bytes], None]] = {}
 
     def run(self) -> int:
@@ -120,9 +116,9 @@ class Role:
     def _beat(self) -> None:
         self.control.beat(self.slot)
         self.loop.call_later(BEAT_INTERVAL, self._beat)
-        self._beats += 1
-        if self._beats % RELEASE_EVERY == 0:
-            self.endpoint.release_idle()
+        # an empty ring quiet since the last beat gives its pages back: 250-500 ms after
+        # a burst (the reader bench reads the broker's memory soon after its drain)
+        self.endpoint.release_idle()
 
     def begin_stop(self) -> None:
         if self._stopping:

@@ -248,7 +248,7 @@ class Endpoint:
 
     def release_idle(self) -> int:
         """Slow timer (a role's beat), never per record: give back the data pages of each
-        outbound ring that is empty and got less than an eighth of its capacity since the
+        outbound ring that is empty and got less than 1/32 of its capacity since the
         previous call (see Ring.release_if_idle); returns the bytes released. After a
         burst each 8 MiB ring otherwise stays resident, counted in the PSS of both its
         ends, even under a trickle (a bench's /stats polls)."""

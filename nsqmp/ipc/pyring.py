@@ -99,7 +99,7 @@ _PAGE = mmap.PAGESIZE
 _NO_HEAD = -1  # last/released head before the first release_if_idle() call
 # quiet: less than capacity >> _QUIET_SHIFT bytes since the previous call (see QUIET_SHIFT
 # in native/ring.c: a trickle must not keep a burst's pages resident)
-_QUIET_SHIFT = 3
+_QUIET_SHIFT = 5
 # a private buffer (bytearray, private mapping): nothing to free
 _NOT_SHARED = {errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS}
 
@@ -405,7 +405,7 @@ class PyRing:
 
     def release_if_idle(self) -> int:
         """Producer, on a slow timer: when the ring is empty and quiet (less than
-        capacity/8 bytes pushed since the previous call; the first call only looks), give
+        capacity/32 bytes pushed since the previous call; the first call only looks), give
         the data area's whole pages back (madvise MADV_REMOVE); returns the bytes
         released. See Ring_release_if_idle in native/ring.c for why a consumer running
         meanwhile never sees a released record."""

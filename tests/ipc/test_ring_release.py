@@ -93,7 +93,7 @@ def test_kept_while_records_wait_or_a_burst_came(impl, segment):
     assert ring.pop() == b"waiting"
     assert ring.release_if_idle() > 0  # empty, and a trickle since the previous call
     pushed = i = 0
-    while pushed < CAP // 8:  # a burst since the previous call: a busy ring keeps its pages
+    while pushed < CAP // 32:  # a burst since the previous call: a busy ring keeps its pages
         ring.push(record(i))
         pushed += len(record(i))
         i += 1

@@ -9,13 +9,29 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "ring.h"
+
+/* last_head / released_head before the first release_if_idle() call: no
+ * real head reaches it (2^64 bytes). */
+#define NO_HEAD UINT64_MAX
+/* release_if_idle() calls a ring quiet when less than capacity >> QUIET_SHIFT
+ * bytes (256 KiB of an 8 MiB ring) came since the previous call: a trickle
+ * (the /stats polls of a bench, a heartbeat) must not keep a burst's pages
+ * resident, and re-faulting what a quiet ring writes in a call's period costs
+ * at most capacity/32/4096 page faults (64 for 8 MiB; a call every 250 ms). */
+#define QUIET_SHIFT 5
 
 typedef struct {
     PyObject_HEAD
     nqr_ring ring;
     Py_buffer view;
     int attached;
+    uint64_t last_head;      /* head at the previous release_if_idle() */
+    uint64_t released_head;  /* head at the last release of the data pages */
 } RingObject;
 
 static PyTypeObject Ring_Type;
@@ -159,6 +175,8 @@ Ring_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     self->attached = 1;
+    self->last_head = NO_HEAD;
+    self->released_head = NO_HEAD;
     return (PyObject *)self;
 }
 
@@ -354,6 +372,53 @@ Ring_prepare_wait(RingObject *self, PyObject *arg)
     return PyBool_FromLong(nqr_prepare_wait(&self->ring, (uint32_t)needed));
 }
 
+PyDoc_STRVAR(Ring_release_if_idle_doc,
+"release_if_idle() -> int\n--\n\n"
+"Producer side, on a slow timer (never per record): when the ring is empty\n"
+"(head == tail) and quiet (less than capacity/32 bytes pushed since the\n"
+"previous call; the first call only looks), give the\n"
+"data area's whole pages back to the kernel (madvise MADV_REMOVE: the shared\n"
+"memory's pages are freed, in every process mapping them).  The page\n"
+"holding the header stays, and so do head, tail and the flags.  Returns the\n"
+"bytes released: 0 when the ring is not idle, was released already at\n"
+"this head, or its buffer is not shared memory (MADV_REMOVE unsupported).");
+
+/*
+ * Why this is safe with a consumer running at the same time: the consumer
+ * copies a record out (pop, pop_many) before its release store of tail, and
+ * we load tail with acquire, so with head == tail every read of consumed
+ * bytes happened before the pages go.  With head == tail nothing is left to
+ * read (no record, no wrap marker: the consumer only looks at bytes in
+ * [tail, head)), and only this producer moves head: a push after the
+ * release writes into fresh zero pages, then publishes head as usual.
+ */
+static PyObject *
+Ring_release_if_idle(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (ring_check(self) < 0)
+        return NULL;
+    const nqr_ring *r = &self->ring;
+    uint64_t head = nqr_producer_head(r);
+    uint64_t last = self->last_head;
+    self->last_head = head;
+    if (head != nqr_producer_tail(r) || last == NO_HEAD ||
+        head - last >= (r->capacity >> QUIET_SHIFT) || head == self->released_head)
+        return PyLong_FromLong(0);  /* not empty, busy, or released already */
+    self->released_head = head;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)r->data + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)r->data + r->capacity) & ~(page - 1);
+    if (end <= start)
+        return PyLong_FromLong(0);
+    if (madvise((void *)start, end - start, MADV_REMOVE) != 0) {
+        /* a private buffer (bytearray, private mapping): nothing to free */
+        if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)
+            return PyLong_FromLong(0);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSize_t((size_t)(end - start));
+}
+
 /* ------------------------------------------------------------------ */
 /* consumer                                                            */
 /* ------------------------------------------------------------------ */
@@ -527,6 +592,8 @@ static PyMethodDef Ring_methods[] = {
     {"push_many", (PyCFunction)(void (*)(void))Ring_push_many,
      METH_VARARGS | METH_KEYWORDS, Ring_push_many_doc},
     {"prepare_wait", (PyCFunction)Ring_prepare_wait, METH_O, Ring_prepare_wait_doc},
+    {"release_if_idle", (PyCFunction)Ring_release_if_idle, METH_NOARGS,
+     Ring_release_if_idle_doc},
     {"pop", (PyCFunction)Ring_pop, METH_NOARGS, Ring_pop_doc},
     {"pop_many", (PyCFunction)(void (*)(void))Ring_pop_many,
      METH_VARARGS | METH_KEYWORDS, Ring_pop_many_doc},

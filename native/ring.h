@@ -63,6 +63,14 @@
  *             consumer_sleeping = 1; seq_cst fence; re-reads head (Dekker:
  *             either it sees the new head or the producer sees the flag).
  *             Producer wait is symmetric with producer_waiting / tail.
+ *
+ * Idle release (Ring.release_if_idle, ring.c): the producer may give the
+ * data area's whole pages back to the kernel while head == tail (it does
+ * when the ring is also quiet: less than capacity/32 pushed since its
+ * previous call, a slow timer's period apart); the
+ * consumer never reads bytes outside [tail, head), and it copies a record
+ * out before its release store of tail, so the next push simply lands in
+ * fresh zero pages.  The header page is never released.
  */
 #ifndef NSQMP_RING_H
 #define NSQMP_RING_H

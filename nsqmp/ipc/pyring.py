@@ -31,6 +31,10 @@ Unlike the native type it does not require the buffer to be 8-byte aligned.
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import mmap
+import os
 import struct
 import sys
 import threading
@@ -83,6 +87,21 @@ _fence_lock = threading.Lock()
 def _fence() -> None:
     with _fence_lock:
         pass
+
+
+# madvise for release_if_idle(): the C code calls it directly; ctypes is the twin's way
+_libc = ctypes.CDLL(None, use_errno=True)
+_madvise = _libc.madvise
+_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_madvise.restype = ctypes.c_int
+_MADV_REMOVE = getattr(mmap, "MADV_REMOVE", 9)  # Linux's value
+_PAGE = mmap.PAGESIZE
+_NO_HEAD = -1  # last/released head before the first release_if_idle() call
+# quiet: less than capacity >> _QUIET_SHIFT bytes since the previous call (see QUIET_SHIFT
+# in native/ring.c: a trickle must not keep a burst's pages resident)
+_QUIET_SHIFT = 5
+# a private buffer (bytearray, private mapping): nothing to free
+_NOT_SHARED = {errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
 _CAPACITY_ERROR = "ring capacity must be a power of two between 4096 and 1 GiB"
@@ -157,10 +176,13 @@ class PyRing:
 
     __slots__ = (
         "_capacity",
+        "_data_addr",
         "_head",
+        "_last_head",
         "_mask",
         "_max_record",
         "_mv",
+        "_released_head",
         "_sleeping",
         "_tail",
         "_waiting",
@@ -198,6 +220,11 @@ class PyRing:
         self._capacity: int = capacity
         self._mask: int = capacity - 1
         self._max_record: int = max_record
+        # the data area's address, for madvise; stable while self._mv holds the export
+        # (the ctypes object's own export ends with this statement)
+        self._data_addr: int = ctypes.addressof(ctypes.c_char.from_buffer(mv)) + HEADER_SIZE
+        self._last_head = _NO_HEAD
+        self._released_head = _NO_HEAD
 
     @classmethod
     def format(cls, buf: Any, capacity: int) -> PyRing:
@@ -375,6 +402,31 @@ class PyRing:
             waiting[0] = 0
             return False
         return True
+
+    def release_if_idle(self) -> int:
+        """Producer, on a slow timer: when the ring is empty and quiet (less than
+        capacity/32 bytes pushed since the previous call; the first call only looks), give
+        the data area's whole pages back (madvise MADV_REMOVE); returns the bytes
+        released. See Ring_release_if_idle in native/ring.c for why a consumer running
+        meanwhile never sees a released record."""
+        self._view()
+        head = self._head[0]
+        last, self._last_head = self._last_head, head
+        if (head != self._tail[0]  # load-acquire of tail in C
+                or last == _NO_HEAD or head - last >= self._capacity >> _QUIET_SHIFT
+                or head == self._released_head):
+            return 0  # not empty, busy, or released already
+        self._released_head = head
+        start = (self._data_addr + _PAGE - 1) & ~(_PAGE - 1)
+        end = (self._data_addr + self._capacity) & ~(_PAGE - 1)
+        if end <= start:
+            return 0
+        if _madvise(start, end - start, _MADV_REMOVE) != 0:
+            err = ctypes.get_errno()
+            if err in _NOT_SHARED:
+                return 0
+            raise OSError(err, os.strerror(err))
+        return end - start
 
     # -- consumer ---------------------------------------------------------------
 

@@ -154,8 +154,11 @@ class Channel:
         """FIN of the 16-byte IDs in rec from pos on, by consumer c: how many were finished.
         IDs c does not have in flight go to `bad`, in order."""
         emptied: list[Flight] = []
-        # in C: each owned ID leaves the map and its flight; the acks grouped by file
-        msgs, runs = self.in_flight.finish(rec, pos, c, bad, emptied)
+        topic = self.topic
+        # one C call (inflight.c + finrun.c): each owned ID leaves the map and its flight,
+        # its ack log entry goes to topic.acks, its segment's refs drop; the segments
+        # whose last reference went come back (the file may go)
+        msgs, drained = self.in_flight.finish(rec, pos, c, bad, emptied, self.id, topic.acks)
         for f in emptied:  # a flight's timer entry goes with its last message
             self.retire(f)
         done = len(msgs)
@@ -169,13 +172,11 @@ class Channel:
         c.finish_count += done
         self.finish_count += done
         self.mark(self)
-        if runs:
-            topic = self.topic
-            for seg, offsets in runs:
-                topic.finish(self, seg, offsets)
-            if topic.full:
-                topic.check_cap()
-            topic.acks_due.add(topic)
+        for seg in drained:
+            topic.release(seg, 0)
+        if topic.full:
+            topic.check_cap()
+        topic.acks_due.add(topic)
         return done
 
     def requeue(self, msg_id: bytes, entry: tuple, delay_ms: int) -> None:

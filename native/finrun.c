@@ -62,9 +62,10 @@ add_int(PyObject *o, PyObject *name, Py_ssize_t delta, long long *now)
 }
 
 int
-finrun_open(finrun_t *r, PyObject *acks, PyObject *drained, unsigned channel, Py_ssize_t most)
+finrun_open(finrun_t *r, PyObject *acks, PyObject *drained, unsigned channel)
 {
-    memset(r, 0, sizeof(*r));
+    r->acks = r->drained = r->segment = NULL;
+    r->used = r->count = 0;
     if (!PyByteArray_Check(acks) || !PyList_Check(drained)) {
         PyErr_SetString(PyExc_TypeError, "acks must be a bytearray and drained a list");
         return -1;
@@ -74,13 +75,21 @@ finrun_open(finrun_t *r, PyObject *acks, PyObject *drained, unsigned channel, Py
     r->acks = acks;
     r->drained = drained;
     r->channel = channel;
-    r->base = PyByteArray_GET_SIZE(acks);
-    if (channel == 0 || most <= 0)
+    return 0;
+}
+
+/* The gathered entries appended to acks (one resize: the bytearray grows with
+ * headroom, so a run of appends reallocates rarely). */
+static int
+flush_batch(finrun_t *r)
+{
+    if (r->used == 0)
         return 0;
-    /* one resize up front and one trim at the end, not one per entry */
-    if (PyByteArray_Resize(acks, r->base + most * NQL_ACK_ENTRY) < 0)
+    Py_ssize_t at = PyByteArray_GET_SIZE(r->acks), n = r->used * NQL_ACK_ENTRY;
+    r->used = 0;
+    if (PyByteArray_Resize(r->acks, at + n) < 0)
         return -1;
-    r->room = most;
+    memcpy(PyByteArray_AS_STRING(r->acks) + at, r->batch, (size_t)n);
     return 0;
 }
 
@@ -123,8 +132,10 @@ finrun_add(finrun_t *r, PyObject *segment, long long offset)
         r->count = 0;
     }
     r->count++;
-    if (r->channel != 0 && r->used < r->room) {
-        uint8_t *e = (uint8_t *)PyByteArray_AS_STRING(r->acks) + r->base + r->used * NQL_ACK_ENTRY;
+    if (r->channel != 0) {
+        if (r->used == FINRUN_BATCH && flush_batch(r) < 0)
+            return -1;
+        uint8_t *e = r->batch + r->used * NQL_ACK_ENTRY;
         memcpy(e, r->head, 8);
         put_le(e + 8, (uint64_t)offset, 8);
         r->used++;
@@ -135,18 +146,17 @@ finrun_add(finrun_t *r, PyObject *segment, long long offset)
 int
 finrun_close(finrun_t *r, int ok)
 {
-    int rc = 0;
-    if (ok)
-        rc = settle(r);
+    int rc = ok ? settle(r) : 0;
     r->segment = NULL;
-    if (r->acks != NULL && r->room > 0) {
-        PyObject *type, *value, *tb;  /* an error of the loop outlives the trim */
-        PyErr_Fetch(&type, &value, &tb);
-        if (PyByteArray_Resize(r->acks, r->base + r->used * NQL_ACK_ENTRY) < 0)
-            rc = -1;  /* a shrink: never fails in practice */
-        if (type != NULL)
-            PyErr_Restore(type, value, tb);
-        r->room = 0;
+    if (r->acks == NULL)
+        return rc;
+    PyObject *type, *value, *tb;  /* an error of the loop outlives the append */
+    PyErr_Fetch(&type, &value, &tb);
+    if (flush_batch(r) < 0)
+        rc = -1;
+    if (type != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
     }
     return rc;
 }

@@ -24,29 +24,33 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "layouts.h"
+
+/* entries gathered before they go to acks in one append: an append per entry
+ * or a reserve-and-trim per call both cost a realloc per FIN record */
+#define FINRUN_BATCH 256
+
 typedef struct {
     PyObject *acks;        /* the bytearray entries go to (borrowed) */
     PyObject *drained;     /* the list of drained segments (borrowed) */
     unsigned channel;      /* the channel id: 0 writes no entries */
-    Py_ssize_t base;       /* acks' length before this call */
-    Py_ssize_t room;       /* entries reserved past base */
-    Py_ssize_t used;       /* entries written past base */
+    Py_ssize_t used;       /* entries in batch */
     PyObject *segment;     /* the open run's segment (borrowed: a message in
                               the run holds it until finrun_close) or NULL */
     Py_ssize_t count;      /* messages in the open run */
     uint8_t head[8];       /* channel, acceptor, seq of the open run's entries */
+    uint8_t batch[FINRUN_BATCH * NQL_ACK_ENTRY];
 } finrun_t;
 
-/* Starts the accounting: room for `most` entries reserved at the end of acks
- * (a bytearray).  -1 with an exception. */
-int finrun_open(finrun_t *r, PyObject *acks, PyObject *drained, unsigned channel, Py_ssize_t most);
+/* Starts the accounting (acks: a bytearray).  -1 with an exception. */
+int finrun_open(finrun_t *r, PyObject *acks, PyObject *drained, unsigned channel);
 
 /* Counts a finished message of `segment` (not None) at `offset`. -1 with an
  * exception (the run so far is settled first). */
 int finrun_add(finrun_t *r, PyObject *segment, long long offset);
 
-/* Settles the open run and trims acks to the entries written; on error (ok 0)
- * still trims.  -1 with an exception. */
+/* Settles the open run (ok 1) and appends the gathered entries to acks; on an
+ * error (ok 0) only appends them.  -1 with an exception. */
 int finrun_close(finrun_t *r, int ok);
 
 #endif

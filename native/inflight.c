@@ -1179,8 +1179,7 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     Py_ssize_t first = start < 0 ? 0 : start;
     if (nargs == 7) {  /* runs becomes the list of drained segments */
-        Py_ssize_t most = view.len > first ? (view.len - first) / ID_LEN : 0;
-        if (finrun_open(&files, args[6], runs, (unsigned)channel, most) < 0)
+        if (finrun_open(&files, args[6], runs, (unsigned)channel) < 0)
             goto done;
         accounting = 1;
     }

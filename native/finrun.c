@@ -144,19 +144,21 @@ finrun_add(finrun_t *r, PyObject *segment, long long offset)
 }
 
 int
-finrun_close(finrun_t *r, int ok)
+finrun_close(finrun_t *r)
 {
-    int rc = ok ? settle(r) : 0;
-    r->segment = NULL;
     if (r->acks == NULL)
-        return rc;
-    PyObject *type, *value, *tb;  /* an error of the loop outlives the append */
+        return 0;
+    /* after an error of the loop too: the messages taken so far left the map, so their
+     * references and entries are settled; that error is the one raised */
+    PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
+    int rc = settle(r);
     if (flush_batch(r) < 0)
         rc = -1;
     if (type != NULL) {
         PyErr_Clear();
         PyErr_Restore(type, value, tb);
     }
+    r->acks = NULL;
     return rc;
 }

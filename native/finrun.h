@@ -49,8 +49,8 @@ int finrun_open(finrun_t *r, PyObject *acks, PyObject *drained, unsigned channel
  * exception (the run so far is settled first). */
 int finrun_add(finrun_t *r, PyObject *segment, long long offset);
 
-/* Settles the open run (ok 1) and appends the gathered entries to acks; on an
- * error (ok 0) only appends them.  -1 with an exception. */
-int finrun_close(finrun_t *r, int ok);
+/* Settles the open run and appends the gathered entries to acks, also after an
+ * error (which stays the one raised).  -1 with an exception. */
+int finrun_close(finrun_t *r);
 
 #endif

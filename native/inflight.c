@@ -1231,13 +1231,13 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     if (accounting) {
         accounting = 0;
-        if (finrun_close(&files, 1) < 0)
+        if (finrun_close(&files) < 0)
             goto done;
     }
     result = PyTuple_Pack(2, messages, runs);
 done:
     if (accounting)
-        finrun_close(&files, 0);
+        finrun_close(&files);
     /* on an error the FINs taken so far stay taken: their flights' counts may be off,
      * which only delays a timer entry's disarm (the flight then fires empty) */
     Py_XDECREF(flight);

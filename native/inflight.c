@@ -47,6 +47,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "finrun.h"
 #include "flight.h"
 #include "message.h"
 
@@ -1078,14 +1079,18 @@ Map_alive(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(finish_doc,
-"finish(ids, start, consumer, bad, emptied, /)\n--\n\n"
+"finish(ids, start, consumer, bad, emptied, channel=None, acks=None, /)\n--\n\n"
 "FIN of the 16-byte ids packed in the buffer `ids` from offset `start`, in\n"
 "order: each one in flight in a flight of `consumer` leaves it (the flight's\n"
 "`live` count drops; a flight it reaches 0 in is appended to the list\n"
 "`emptied`), any other id is appended to the list `bad` as bytes.  Returns\n"
 "(messages, runs): the finished messages in order, and their acknowledgements\n"
 "as [segment, [offset, ...]] for each run of consecutive messages of one\n"
-"segment (messages without a segment left out).");
+"segment (messages without a segment left out).\n\n"
+"With a channel id and a bytearray `acks`: the files' accounting is done here\n"
+"(finrun.h): the ack log entries appended to acks (none for channel id 0),\n"
+"each segment's refs and acked counts updated, and the result is (messages,\n"
+"drained): the segments whose refs reached 0 in this call.");
 
 /* Writes a flight's live count less `left` (its struct: every flight in the
  * map is a Flight); appends it to emptied at 0. */
@@ -1138,8 +1143,8 @@ add_ack(PyObject *runs, PyObject *message, PyObject **run_segment, PyObject **ru
 static PyObject *
 Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "finish() takes exactly 5 arguments");
+    if (nargs != 5 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "finish() takes 5 or 7 arguments");
         return NULL;
     }
     PyObject *consumer = args[2], *bad = args[3], *emptied = args[4];
@@ -1150,6 +1155,16 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bad and emptied must be lists");
         return NULL;
     }
+    unsigned long channel = 0;
+    if (nargs == 7) {
+        channel = PyLong_AsUnsignedLong(args[5]);
+        if (channel == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        if (channel > 0xFFFF) {
+            PyErr_SetString(PyExc_OverflowError, "a channel id is a u16");
+            return NULL;
+        }
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -1158,10 +1173,18 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *flight = NULL;  /* the run of FINs' flight (a new reference) */
     Py_ssize_t left = 0;      /* FINs of that flight not yet written to its live count */
     PyObject *checked = NULL; /* the last flight found to be consumer's (borrowed, compared only) */
+    finrun_t files;           /* the 7-argument form: acks and refs done here */
+    int accounting = 0;
     if (messages == NULL || runs == NULL)
         goto done;
+    Py_ssize_t first = start < 0 ? 0 : start;
+    if (nargs == 7) {  /* runs becomes the list of drained segments */
+        if (finrun_open(&files, args[6], runs, (unsigned)channel) < 0)
+            goto done;
+        accounting = 1;
+    }
     const uint8_t *buf = view.buf;
-    for (Py_ssize_t pos = start < 0 ? 0 : start; pos + ID_LEN <= view.len; pos += ID_LEN) {
+    for (Py_ssize_t pos = first; pos + ID_LEN <= view.len; pos += ID_LEN) {
         const uint8_t *id = buf + pos;
         if (pos + (AHEAD_MESSAGE + 1) * ID_LEN <= view.len)  /* the slot of the id AHEAD_MESSAGE on */
             prefetch_id_slot(self, id + AHEAD_MESSAGE * ID_LEN);
@@ -1195,16 +1218,26 @@ Map_finish(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(held_flight);  /* `flight` keeps it alive */
         left++;
         int rc = PyList_Append(messages, message);
-        if (rc == 0)
+        if (rc == 0 && !accounting)
             rc = add_ack(runs, message, &run_segment, &run_offsets);
+        else if (rc == 0 && ((const nsqmp_Message *)message)->segment != Py_None)
+            rc = finrun_add(&files, ((const nsqmp_Message *)message)->segment,
+                            ((const nsqmp_Message *)message)->offset);
         Py_DECREF(message);  /* messages holds it */
         if (rc < 0)
             goto done;
     }
     if (flight != NULL && settle_flight(flight, left, emptied) < 0)
         goto done;
+    if (accounting) {
+        accounting = 0;
+        if (finrun_close(&files) < 0)
+            goto done;
+    }
     result = PyTuple_Pack(2, messages, runs);
 done:
+    if (accounting)
+        finrun_close(&files);
     /* on an error the FINs taken so far stay taken: their flights' counts may be off,
      * which only delays a timer entry's disarm (the flight then fires empty) */
     Py_XDECREF(flight);

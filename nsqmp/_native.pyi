@@ -2,7 +2,7 @@
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 from typing_extensions import Buffer
 
@@ -166,9 +166,15 @@ class InFlightMap:
     def expire(self, members: list, flight: Flight, ready: deque[tuple[Message, int]], /) -> int: ...
     def forget(self, messages: list[Message], /) -> None: ...
     def alive(self, members: list, flight: Flight, /) -> list: ...
+    @overload
     def finish(
         self, ids: Buffer, start: int, consumer: object, bad: list, emptied: list[Flight], /
     ) -> tuple[list[Message], list[list]]: ...
+    @overload
+    def finish(
+        self, ids: Buffer, start: int, consumer: object, bad: list, emptied: list[Flight],
+        channel: int, acks: bytearray, /
+    ) -> tuple[list[Message], list]: ...
     def entries(self) -> list[tuple[Message, int, Flight]]: ...
     def clear(self) -> None: ...
 

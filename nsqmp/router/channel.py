@@ -165,8 +165,16 @@ class Channel:
         """FIN of the 16-byte IDs in rec from pos on, by consumer c: how many were finished.
         IDs c does not have in flight go to `bad`, in order."""
         emptied: list[Flight] = []
-        # in C: each owned ID leaves the map and its flight; the acks grouped by file
-        msgs, runs = self.in_flight.finish(rec, pos, c, bad, emptied)
+        topic = self.topic
+        # one C call (inflight.c + finrun.c): each owned ID leaves the map and its flight,
+        # its ack log entry goes to topic.acks, its segment's refs drop; the segments
+        # whose last reference went come back (the file may go)
+        if not self.rewound:
+            msgs, drained = self.in_flight.finish(rec, pos, c, bad, emptied, self.id, topic.acks)
+        else:  # one test per FIN record; the per-message work only after a rewind
+            acks = bytearray()
+            msgs, drained = self.in_flight.finish(rec, pos, c, bad, emptied, self.id, acks)
+            topic.acks += old_acks(self, msgs, acks)
         for f in emptied:  # a flight's timer entry goes with its last message
             self.retire(f)
         done = len(msgs)
@@ -180,15 +188,11 @@ class Channel:
         c.finish_count += done
         self.finish_count += done
         self.mark(self)
-        if runs:
-            topic = self.topic
-            if self.rewound:  # one test per FIN record; the per-message work only after a rewind
-                runs = old_acks(self, msgs, runs)
-            for seg, offsets in runs:
-                topic.finish(self, seg, offsets)
-            if topic.full:
-                topic.check_cap()
-            topic.acks_due.add(topic)
+        for seg in drained:
+            topic.release(seg, 0)
+        if topic.full:
+            topic.check_cap()
+        topic.acks_due.add(topic)
         return done
 
     def requeue(self, msg_id: bytes, entry: tuple, delay_ms: int) -> None:

@@ -9,6 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsqmp.diskqueue.acklog import pack_file
+
 __all__ = ["Flight", "InFlightMap"]
 
 
@@ -124,12 +126,21 @@ class InFlightMap:
                 out += members[i:i + 2]
         return out
 
-    def finish(self, ids, start: int, consumer, bad: list, emptied: list) -> tuple[list, list]:
+    def finish(self, ids, start: int, consumer, bad: list, emptied: list, channel: int | None = None,
+               acks: bytearray | None = None) -> tuple[list, list]:
         """FIN of the 16-byte ids packed in `ids` from `start`, in order: each one in
         flight in a flight of `consumer` leaves it (a flight whose `live` count reaches 0
         is appended to `emptied`); any other id is appended to `bad`. Returns (messages,
         runs): the finished messages in order, and [segment, [offset, ...]] for each run
-        of consecutive messages of one segment (those without a segment left out)."""
+        of consecutive messages of one segment (those without a segment left out).
+
+        With a channel id and a bytearray `acks` the files' accounting is done here too
+        (native/finrun.h): returns (messages, drained), see settle_runs."""
+        if acks is not None:
+            if channel is None or not 0 <= channel <= 0xFFFF:
+                raise OverflowError("a channel id is a u16")
+            messages, runs = self.finish(ids, start, consumer, bad, emptied)
+            return messages, settle_runs(runs, channel, acks)
         held = self._map
         messages: list = []
         runs: list = []
@@ -160,3 +171,19 @@ class InFlightMap:
     def clear(self) -> None:
         """Nothing is in flight any more."""
         self._map.clear()
+
+
+def settle_runs(runs: list, channel: int, acks: bytearray) -> list:
+    """The files' accounting of finish()'s runs (twin of native/finrun.c): the ack log
+    entries of a durable channel (id != 0) appended to acks, each segment's refs (and
+    acked, when durable) updated; the segments whose refs a run took to 0 or below."""
+    drained = []
+    for segment, offsets in runs:
+        n = len(offsets)
+        if channel:
+            acks += pack_file(channel, segment.acceptor, segment.seq, offsets)
+            segment.acked += n
+        segment.refs -= n
+        if segment.refs <= 0 < segment.refs + n:
+            drained.append(segment)
+    return drained

@@ -189,34 +189,23 @@ def ranges(topic: Topic, starts: dict) -> list[tuple[Segment, int, int, int]]:
 
 
 # -- the verb ---------------------------------------------------------------------------------
-def old_acks(ch: Channel, msgs: list, runs: list) -> list:
-    """FIN of msgs on ch (runs: [segment, offsets] from the in-flight map): the messages
-    that were in flight at a rewind are acknowledged under the channel id of then (and
-    released); the runs of the others are returned, for the channel's own id."""
+def old_acks(ch: Channel, msgs: list, acks: bytearray) -> bytearray:
+    """FIN of msgs on ch: acks holds their ack entries under the channel's own id (the
+    in-flight map's one C call wrote them, and counted refs and acked per file already);
+    those of the messages that were in flight at a rewind get the channel id of then
+    instead, so the replay still delivers their records after a restart."""
     rewound = ch.rewound
     old = {}
     for m in msgs:
         hit = rewound.pop(id(m), None)
         if hit is not None and hit[0] is m and m.segment is not None:
-            old[(id(m.segment), m.offset)] = hit[1]
+            old[(m.segment.acceptor, m.segment.seq, m.offset)] = hit[1]
     if not old:
-        return runs
-    topic = ch.topic
-    keep = []
-    for seg, offsets in runs:
-        rest = []
-        for offset in offsets:
-            cid = old.get((id(seg), offset))
-            if cid is None:
-                rest.append(offset)
-                continue
-            topic.acks += ACK.pack(cid, seg.acceptor, seg.seq, offset)
-            seg.acked += 1
-            topic.release(seg)
-        if rest:
-            keep.append((seg, rest))
-    return keep
-
+        return acks
+    out = bytearray()
+    for cid, acceptor, seq, offset in ACK.iter_unpack(acks):
+        out += ACK.pack(old.get((acceptor, seq, offset), cid), acceptor, seq, offset)
+    return out
 
 
 def rewind(topic: Topic, ch: Channel, to: dict, node_id: int, acceptors: int,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.acklog import ENTRY as ACK
-from nsqmp.diskqueue.acklog import AckLog, pack_file
+from nsqmp.diskqueue.acklog import AckLog
 from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.segment import in_background, remove_file, segment_path
 from nsqmp.protocol.names import is_ephemeral
@@ -31,7 +31,9 @@ log = logging.getLogger("nsqmp.router")
 
 
 class Segment:
-    """One segment file of one acceptor: its references and byte counts."""
+    """One segment file of one acceptor: its references and byte counts. A FIN's
+    InFlightMap.finish (native/finrun.c) reads and writes refs, acked, acceptor and seq
+    by name: keep them plain int attributes."""
 
     __slots__ = ("acceptor", "seq", "refs", "path", "bytes", "dropped", "acked", "records", "end", "marks")
 
@@ -154,14 +156,6 @@ class TopicFiles:
         if ch.id:
             self.acks += ACK.pack(ch.id, seg.acceptor, seg.seq, offset)
             seg.acked += 1
-
-    def finish(self, ch: Channel, seg: Segment, offsets: list[int]) -> None:
-        """Messages of seg at these offsets are finished on ch: acknowledged (a durable
-        channel's ack log gets their entries) and their file references released."""
-        if ch.id:
-            self.acks += pack_file(ch.id, seg.acceptor, seg.seq, offsets)
-            seg.acked += len(offsets)
-        self.release(seg, len(offsets))
 
     def flush_acks(self) -> None:
         """Append the acks gathered since the last flush to the ack log."""

@@ -17,24 +17,22 @@ async def admin(server, request: dict):
     return 200, b"", TEXT
 
 
-def _topic_arg(req: Request, validate: bool) -> str:
+def topic_arg(req: Request, invalid: str | None = "INVALID_TOPIC") -> str:
+    """The `topic` parameter: 400 MISSING_ARG_TOPIC without it, 400 `invalid` for a bad
+    name (nsqd's /topic/* say INVALID_TOPIC, its topic-and-channel endpoints
+    INVALID_ARG_TOPIC; None: not checked, as nsqd's delete and pause)."""
     check_params(req)
     topic = req.query.get("topic")
     if topic is None:
         raise HttpError(400, "MISSING_ARG_TOPIC")
-    if validate and not is_valid_name(topic.encode()):
-        raise HttpError(400, "INVALID_TOPIC")
+    if invalid and not is_valid_name(topic.encode()):
+        raise HttpError(400, invalid)
     return topic
 
 
-def _topic_channel_args(req: Request) -> tuple[str, str]:
+def topic_channel_args(req: Request) -> tuple[str, str]:
     """nsqd's GetTopicChannelArgs: both present and valid."""
-    check_params(req)
-    topic = req.query.get("topic")
-    if topic is None:
-        raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic.encode()):
-        raise HttpError(400, "INVALID_ARG_TOPIC")
+    topic = topic_arg(req, "INVALID_ARG_TOPIC")
     channel = req.query.get("channel")
     if channel is None:
         raise HttpError(400, "MISSING_ARG_CHANNEL")
@@ -45,13 +43,13 @@ def _topic_channel_args(req: Request) -> tuple[str, str]:
 
 def _topic_op(op: str, validate: bool):
     async def handler(server, req: Request):
-        return await admin(server, {"op": op, "topic": _topic_arg(req, validate)})
+        return await admin(server, {"op": op, "topic": topic_arg(req, "INVALID_TOPIC" if validate else None)})
     return handler
 
 
 def _channel_op(op: str):
     async def handler(server, req: Request):
-        topic, channel = _topic_channel_args(req)
+        topic, channel = topic_channel_args(req)
         return await admin(server, {"op": op, "topic": topic, "channel": channel})
     return handler
 

@@ -42,11 +42,12 @@ from datetime import datetime
 
 import orjson
 
-from nsqmp.acceptor.http_request import JSON, HttpError, Request, check_params
+from nsqmp.acceptor.http_admin import topic_arg
+from nsqmp.acceptor.http_request import JSON, HttpError, Request
 from nsqmp.diskqueue.layout import topic_dir
 from nsqmp.diskqueue.logread import (LOG_CHUNK, LOG_HEAD, LOG_MAGIC, LOG_VERSION, SKIPPED, LogReader, Position,
                                      format_position, iter_records, parse_position, streams)
-from nsqmp.protocol.names import is_ephemeral, is_valid_name
+from nsqmp.protocol.names import is_ephemeral
 
 BINARY = b"application/octet-stream"
 
@@ -61,12 +62,7 @@ _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?([Zz
 
 def _topic(req: Request, data_path: str) -> tuple[str, str]:
     """(topic, its directory); nsqd's checks, and 404 for a topic with no files."""
-    check_params(req)
-    topic = req.query.get("topic")
-    if topic is None:
-        raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic.encode()):
-        raise HttpError(400, "INVALID_TOPIC")
+    topic = topic_arg(req)
     if is_ephemeral(topic.encode()):
         raise HttpError(404, "TOPIC_NOT_FOUND")  # never on disk: it has no log
     return topic, topic_dir(data_path, topic)

@@ -31,7 +31,8 @@ import struct
 
 import orjson
 
-from nsqmp.acceptor.http_request import JSON, HttpError, Request, check_params
+from nsqmp.acceptor.http_admin import topic_arg
+from nsqmp.acceptor.http_request import JSON, HttpError, Request
 from nsqmp.protocol.names import is_valid_name
 
 DEFAULT_N = 10
@@ -65,13 +66,7 @@ def _int_arg(req: Request, name: str, default: int, low: int, high: int, code: s
 
 def _request(req: Request, op: str, with_channel: bool) -> tuple[dict, str]:
     """The CONTROL request of a peek and the answer's format, from the query (checked)."""
-    check_params(req)
-    topic = req.query.get("topic")
-    if topic is None:
-        raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic.encode()):
-        raise HttpError(400, "INVALID_TOPIC")
-    request = {"op": op, "topic": topic}
+    request = {"op": op, "topic": topic_arg(req)}
     if with_channel:
         channel = req.query.get("channel")
         if channel is None:

@@ -25,10 +25,9 @@ from datetime import datetime
 
 import orjson
 
-from nsqmp.acceptor.http_admin import ADMIN_ROUTES, _topic_channel_args
-from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request, check_params
+from nsqmp.acceptor.http_admin import ADMIN_ROUTES, topic_arg, topic_channel_args
+from nsqmp.acceptor.http_request import JSON, TEXT, HttpError, Request
 from nsqmp.config.options import parse_bytesize, parse_duration
-from nsqmp.protocol.names import is_valid_name
 
 _STATUS = {"TOPIC_NOT_FOUND": 404, "CHANNEL_NOT_FOUND": 404, "MESSAGE_NOT_FOUND": 404,
            "EPHEMERAL_TOPIC": 400, "INVALID_REQUEST": 400}
@@ -66,7 +65,7 @@ async def _ask(server, request: dict):
 
 async def h_rewind(server, req: Request):
     """POST /channel/rewind."""
-    topic, channel = _topic_channel_args(req)
+    topic, channel = topic_channel_args(req)
     text = req.query.get("to")
     if text is None:
         raise HttpError(400, "MISSING_ARG_TO")
@@ -84,7 +83,7 @@ async def h_create(server, req: Request):
     text = req.query.get("from")
     if text is None:
         return await _create(server, req)
-    topic, channel = _topic_channel_args(req)
+    topic, channel = topic_channel_args(req)
     point = parse_point(text)
     if point is None:
         raise HttpError(400, "INVALID_FROM")
@@ -94,12 +93,7 @@ async def h_create(server, req: Request):
 async def h_retention(server, req: Request):
     """POST /topic/retention?topic=T&time=<duration>&bytes=<bytesize>: the topic's own
     retention in place of the flags' (a missing one is 0; both 0: none for this topic)."""
-    check_params(req)
-    topic = req.query.get("topic")
-    if topic is None:
-        raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic.encode()):
-        raise HttpError(400, "INVALID_ARG_TOPIC")
+    topic = topic_arg(req, "INVALID_ARG_TOPIC")
     try:
         time_s = parse_duration(req.query.get("time", "0s"))
         max_bytes = parse_bytesize(req.query.get("bytes", "0"))

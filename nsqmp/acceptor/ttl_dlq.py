@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from nsqmp.acceptor.http_admin import admin
-from nsqmp.acceptor.http_request import HttpError, Request, check_params
+from nsqmp.acceptor.http_admin import admin, topic_arg, topic_channel_args
+from nsqmp.acceptor.http_request import HttpError, Request
 from nsqmp.acceptor.publisher import TopicFull
 from nsqmp.config.options import parse_duration
 from nsqmp.ipc import records
@@ -41,20 +41,10 @@ def on_dead_letter(server, src: int, rec: bytes) -> None:
     server.endpoint.send(src, records.dead_letter_ok([token]))
 
 
-def _topic(req: Request) -> str:
-    check_params(req)
-    topic = req.query.get("topic")
-    if topic is None:
-        raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic.encode()):
-        raise HttpError(400, "INVALID_ARG_TOPIC")
-    return topic
-
-
 async def h_topic_ttl(server, req: Request):
     """POST /topic/ttl?topic=T&ttl=<Go duration>: the topic's own message TTL; ttl=0
     removes it (the broker's --msg-ttl applies again)."""
-    topic = _topic(req)
+    topic = topic_arg(req, "INVALID_ARG_TOPIC")
     raw = req.query.get("ttl")
     if raw is None:
         raise HttpError(400, "MISSING_ARG_TTL")
@@ -71,12 +61,7 @@ async def h_topic_ttl(server, req: Request):
 async def h_channel_dead_letter(server, req: Request):
     """POST /channel/dead-letter?topic=T&channel=C&max_attempts=N[&to=T2]: after N
     deliveries a message goes to T2 (default T.dead) instead; max_attempts=0 turns it off."""
-    topic = _topic(req)
-    channel = req.query.get("channel")
-    if channel is None:
-        raise HttpError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_name(channel.encode()):
-        raise HttpError(400, "INVALID_ARG_CHANNEL")
+    topic, channel = topic_channel_args(req)
     raw = req.query.get("max_attempts")
     if raw is None:
         raise HttpError(400, "MISSING_ARG_MAX_ATTEMPTS")

@@ -14,6 +14,7 @@ from nsqmp.ipc import records
 from nsqmp.router.peek import channel_peek, topic_peek
 from nsqmp.router import deadletter, expiry
 from nsqmp.router import retention, rewind
+from nsqmp.router.requests import find_channel
 
 log = logging.getLogger("nsqmp.router")
 
@@ -100,16 +101,6 @@ def topic_pause(router, request, paused: bool = True) -> dict:
     return {}
 
 
-def _channel(router, request):
-    topic = _topic(router, request)
-    if topic is None:
-        return None, {"error": "TOPIC_NOT_FOUND"}
-    ch = topic.channels.get(request["channel"].encode())
-    if ch is None:
-        return None, {"error": "CHANNEL_NOT_FOUND"}
-    return ch, None
-
-
 def channel_create(router, request) -> dict:
     topic = _topic(router, request)
     if topic is None:
@@ -119,7 +110,7 @@ def channel_create(router, request) -> dict:
 
 
 def channel_delete(router, request) -> dict:
-    ch, err = _channel(router, request)
+    ch, err = find_channel(router, request)
     if err:
         return err
     _close_channel(router, ch)
@@ -132,7 +123,7 @@ def channel_delete(router, request) -> dict:
 
 def channel_empty(router, request) -> dict:
     """Drop everything the channel holds (queued, deferred, in flight); it starts afresh."""
-    ch, err = _channel(router, request)
+    ch, err = find_channel(router, request)
     if err:
         return err
     topic = ch.topic
@@ -148,7 +139,7 @@ def channel_empty(router, request) -> dict:
 
 
 def channel_pause(router, request, paused: bool = True) -> dict:
-    ch, err = _channel(router, request)
+    ch, err = find_channel(router, request)
     if err:
         return err
     _log(router, "TOPIC(%s): pausing channel %s" if paused else "TOPIC(%s): unpausing channel %s",

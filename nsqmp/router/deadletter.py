@@ -33,6 +33,7 @@ import orjson
 from nsqmp.ipc import records
 from nsqmp.protocol.names import EPHEMERAL_SUFFIX, is_ephemeral
 from nsqmp.router import expiry
+from nsqmp.router.requests import find_channel
 
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
@@ -147,12 +148,10 @@ class DeadLetters:
 def channel_dead_letter(router, request) -> dict:
     """POST /channel/dead-letter: the channel's max_attempts (0: off) and dead-letter
     topic (default <topic>.dead), persisted in meta.json."""
-    topic = router.topics.get(request["topic"].encode())
-    if topic is None:
-        return {"error": "TOPIC_NOT_FOUND"}
-    ch = topic.channels.get(request["channel"].encode())
-    if ch is None:
-        return {"error": "CHANNEL_NOT_FOUND"}
+    ch, err = find_channel(router, request)
+    if err:
+        return err
+    topic = ch.topic
     to = request.get("to")
     ch.max_attempts = int(request["max_attempts"])
     ch.dead_letter_to = to.encode() if to else default_target(topic.name)

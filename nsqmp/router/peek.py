@@ -31,6 +31,7 @@ import time
 from typing import Iterator
 
 from nsqmp.router.filequeue import FileQueue, read_range
+from nsqmp.router.requests import find_channel
 
 log = logging.getLogger("nsqmp.router")
 
@@ -141,12 +142,9 @@ def _answer(ready, pending: FileQueue, slots: dict, ch, request: dict, late: lis
 
 def channel_peek(router, request: dict) -> dict:
     """The next messages a channel would deliver (module doc); nothing changes."""
-    topic = router.topics.get(request["topic"].encode())
-    if topic is None:
-        return {"error": "TOPIC_NOT_FOUND"}
-    ch = topic.channels.get(request["channel"].encode())
-    if ch is None:
-        return {"error": "CHANNEL_NOT_FOUND"}
+    ch, err = find_channel(router, request)
+    if err:
+        return err
     return {"topic": request["topic"], "channel": request["channel"],
             "depth": len(ch.ready) + len(ch.pending), "deferred_count": ch.deferred_count,
             "in_flight_count": len(ch.in_flight), "paused": ch.paused,

@@ -7,6 +7,7 @@ import time
 import orjson
 import pytest
 
+from nsqmp.acceptor.producers import FLUSH_INTERVAL
 from nsqmp.client import Connection
 from nsqmp.client import wire
 from tests.harness import nothing_within, wait_for
@@ -170,6 +171,10 @@ def test_stats_producers_from_every_acceptor(make_broker):
         got = _producers(broker)
         return got if {k: v.get("pub_counts") for k, v in got.items()} == want else None
     wait_for(complete, what="every producer in /stats")
+    # the request that saw them may have reached the acceptor holding every connection
+    # (SO_REUSEPORT can put all six on one); the other sees them through its snapshot,
+    # at most FLUSH_INTERVAL old (the documented bound): wait that out
+    time.sleep(FLUSH_INTERVAL + 0.2)
     # each request reaches either acceptor: every one of them sees all the producers
     for _ in range(6):
         got = _producers(broker)

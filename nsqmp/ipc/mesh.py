@@ -176,6 +176,9 @@ class Endpoint:
         # what a raising record handler leads to: None raises RecordError out of drain();
         # a process's endpoint (attach_to_loop) ends the process (end_process)
         self.on_record_error: Callable[[RecordError], None] | None = None
+        # what a consumer does to each popped batch before handling it (a router joins
+        # runs of PUBLISH_AT: records.coalesce_publish_at); None: nothing
+        self.merge: Callable[[list[bytes]], list[bytes]] | None = None
 
     def _attach(self, name: str) -> Ring:
         buf = shm.attach(self.plan.shm_name(name))
@@ -324,6 +327,8 @@ class Endpoint:
         if ring.take_producer_wakeup():
             self._doorbells[src].ring()
         taken = len(records)
+        if self.merge is not None and taken > 1:
+            records = self.merge(records)
         record = b""
         try:  # around the loop, not each record: the hot loop stays as it was
             for record in records:

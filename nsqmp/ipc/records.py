@@ -198,6 +198,46 @@ def parse_publish_at(rec: bytes) -> tuple[int, int, int, int, int, bytes]:
     return acceptor, seq, offset, count, size, rec[pos:pos + tlen]
 
 
+def coalesce_publish_at(recs: list[bytes]) -> list[bytes]:
+    """recs (one ring's records, in order) with each run of back-to-back PUBLISH_ATs of one
+    topic whose ranges follow each other in one file as one PUBLISH_AT of the whole range,
+    as an MPUB's would be. A publisher sending one message per PUB makes one record per
+    read: the router took each through its Python path (3.5 us per PUB on 4 connections);
+    a run of them is now one. Other records, and their order, are kept as they are."""
+    head = PUBLISH_AT_HEAD
+    unpack, hsize = head.unpack_from, head.size
+    out: list[bytes] = []
+    run = None  # [acceptor, seq, start, end, count, topic, first record, records merged]
+    for rec in recs:
+        if rec[0] != PUBLISH_AT:
+            if run is not None:
+                out.append(_run_record(run))
+                run = None
+            out.append(rec)
+            continue
+        _, acceptor, seq, offset, count, size, tlen = unpack(rec)
+        if (run is not None and offset == run[3] and seq == run[1] and acceptor == run[0]
+                and rec[hsize:hsize + tlen] == run[5]):
+            run[3] = offset + size
+            run[4] += count
+            run[7] += 1
+            continue
+        if run is not None:
+            out.append(_run_record(run))
+        run = [acceptor, seq, offset, offset + size, count, rec[hsize:hsize + tlen], rec, 1]
+    if run is not None:
+        out.append(_run_record(run))
+    return out
+
+
+def _run_record(run: list) -> bytes:
+    """The PUBLISH_AT of a run coalesce_publish_at gathered (its own record if alone)."""
+    acceptor, seq, start, end, count, topic, first, merged = run
+    if merged == 1:
+        return first
+    return publish_at(acceptor, seq, start, count, end - start, topic)
+
+
 def sub(conn: int, topic: bytes, channel: bytes, info: bytes, kind: int = SUB) -> bytes:
     """SUB (or, with kind RESUB, RESUB): info is the client's IDENTIFY data as JSON."""
     return CONN.pack(kind, conn) + bytes((len(topic),)) + topic + bytes((len(channel),)) + channel + info

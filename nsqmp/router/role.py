@@ -103,6 +103,7 @@ class Router(Role):
 
         # the timer's FIREs before anything else, and in the middle of long work (a delivery pass)
         self.endpoint.make_urgent(self.plan.timer_slot)
+        self.endpoint.merge = records.coalesce_publish_at  # one-message PUBs: one record per run
         self.delivery.attach(self.endpoint, self.on_record)
         # A full collection walks every queued message: over a second with millions queued,
         # long enough for in-flight messages to time out while FINs wait in the ring. The

@@ -1062,6 +1062,15 @@ OPTIONS: tuple[Option, ...] = (
         example=4,
     ),
     Option(
+        "acceptor-steering", STR, "pack",
+        "Which acceptor a new TCP connection goes to. pack: the first running acceptor that "
+        "used less than 80% of a core over the last quarter second (fewer processes wake on "
+        "a machine whose cores the clients share; measured faster on every bench row); once "
+        "all are that busy, the kernel's hash. spread: always the kernel's hash "
+        "(SO_REUSEPORT). Established connections never move; HTTP is always hashed.",
+        section="processes", nsqd=False, choices=("pack", "spread"),
+    ),
+    Option(
         "routers", INT, 2,
         "Router processes: each owns a share of the topics (by a stable hash of the name), "
         "their channels and delivery state.",

@@ -42,6 +42,7 @@ from nsqmp.router.role import Router
 from nsqmp.supervisor.datalock import LockError, lock_data_path
 from nsqmp.supervisor.lifeline import Lifeline
 from nsqmp.supervisor.listeners import ListenError, bind_group
+from nsqmp.supervisor.steering import Steering
 from nsqmp.supervisor.notify import Notifier
 from nsqmp.timer.role import Timer
 
@@ -58,6 +59,8 @@ QUICK_DEATH = 1.0
 BACKOFF_CAP = 30.0
 # the loop's longest sleep in select() (reaping also comes through SIGCHLD)
 TICK = 0.25
+# an acceptor whose heartbeat (every 0.25 s) is older than this gets no new connections
+STEER_BEAT_LATE_NS = 1_000_000_000
 
 
 class BootError(Exception):
@@ -92,6 +95,7 @@ class Supervisor:
         self.booted = False
         self.pid = os.getpid()  # what each child checks getppid() against right after fork
         self.notifier = Notifier()
+        self.steering: Steering | None = None  # new TCP connections packed (--acceptor-steering)
 
     # -- start -------------------------------------------------------------------------
     def run(self) -> int:
@@ -184,6 +188,9 @@ class Supervisor:
             self.https_socks = bind_group("HTTPS", opts.https_address, opts.acceptors) if tls else []
         except ListenError as exc:
             raise BootError(str(exc)) from None
+        if opts.acceptor_steering == "pack" and opts.acceptors > 1:
+            self.steering = Steering(self.tcp_socks[0], opts.acceptors)
+            self.steering.start()
 
     def _queue_signal(self, signum, frame) -> None:
         self.signals.append(signum)
@@ -368,7 +375,24 @@ class Supervisor:
             self._reap()
             self._spawn_due()
             self._check_heartbeats()
+            if self.steering is not None:
+                self._steer()
             self.notifier.beat()
+
+    def _steer(self) -> None:
+        """Point new TCP connections at the first ready acceptor that is not busy
+        (steering.py). One whose heartbeat is late (a stuck loop) counts as not ready."""
+        assert self.steering is not None
+        now = time.monotonic_ns()
+        pids = []
+        for i in range(self.plan.acceptors):
+            child = self.children[self.plan.acceptor_slot(i)]
+            ready = False
+            if child.pid:
+                _, gen, state, beat = self.control.read(child.slot)
+                ready = state == control.READY and gen == child.generation and now - beat < STEER_BEAT_LATE_NS
+            pids.append(child.pid if ready else 0)
+        self.steering.update(pids, now / 1e9)
 
     def _stop_children(self) -> None:
         """Acceptors first (they stop taking traffic), then routers, then the timer; a

@@ -1,0 +1,114 @@
+"""Which acceptor a new TCP connection goes to: packed onto the fewest acceptors the load needs.
+
+With SO_REUSEPORT alone the kernel hashes every new connection to one of the acceptors'
+listening sockets. On a machine where the clients share the cores with the broker, a
+connection on a second acceptor costs more than it brings: two processes wake where one
+would, each with fewer connections ready per wake-up, and the router hands deliveries to
+two rings. Measured on 2 cores with nsq 1.3.0's tools (docs/performance.md), everything
+on one acceptor against the hash's split: PUB on 4 connections 44-49k/s against 37-40k,
+the reader on 2 connections 770-840k/s against 660-680k, mixed out 560-620k against
+450-540k, MPUB on 4 connections 2.14-2.33M against 1.98-2.21M.
+
+So the supervisor steers (``--acceptor-steering pack``, the default): new connections go
+to the first acceptor, in slot order, that is running and used less than ``BUSY_SHARE``
+of a core over the last tick; once every one is that busy, the kernel's hash spreads them
+again. The decision is a one-instruction classic BPF program attached to the TCP
+listening group (SO_ATTACH_REUSEPORT_CBPF), returning the index of the chosen socket in
+the group; an index past the group's end makes the kernel fall back to its hash. The
+supervisor holds every listening socket for the broker's life (listeners.py), so the
+group keeps them in slot order and socket i is acceptor i's for good. A dead acceptor is
+skipped until its successor is ready, so new clients do not wait in its backlog.
+
+Established connections never move: a burst of connections within one tick lands on one
+acceptor. ``--acceptor-steering spread`` keeps the kernel's hash. HTTP connections, short
+and stateless, are always hashed.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import socket
+
+log = logging.getLogger("nsqmp.supervisor")
+
+# <asm-generic/socket.h>; Python's socket module does not name it
+SO_ATTACH_REUSEPORT_CBPF = 51
+_BPF_RET_K = 0x06  # BPF_RET | BPF_K: return the constant k
+# An acceptor that used this share of one core over the last tick takes no more new
+# connections while a later one is under it
+BUSY_SHARE = 0.8
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def attach_index(sock: socket.socket, index: int) -> None:
+    """Make sock's SO_REUSEPORT group give every new connection to its socket number
+    `index` (one past the end: the kernel's hash). Raises OSError if the kernel refuses."""
+    program = (_SockFilter * 1)(_SockFilter(_BPF_RET_K, 0, 0, index))
+    fprog = _SockFprog(1, program)
+    # the kernel copies the program during the call, from the address in fprog
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, bytes(fprog))
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, in clock ticks; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+class Steering:
+    """The supervisor's choice of acceptor for new TCP connections (see the module doc)."""
+
+    def __init__(self, sock: socket.socket, acceptors: int) -> None:
+        self.sock = sock
+        self.acceptors = acceptors
+        self.target = -1  # the index the attached program returns; -1: none attached yet
+        self._seen: dict[int, tuple[int, float]] = {}  # pid -> (cpu ticks, at) of the last tick
+        self.enabled = True
+
+    def start(self) -> None:
+        """Before the acceptors start: the first connections wait for acceptor 0."""
+        self._attach(0)
+
+    def update(self, pids: list[int], now: float) -> None:
+        """One supervisor tick: pids[i] is acceptor i's process, 0 while it is not ready.
+        Re-attaches the program only when the choice changes."""
+        if not self.enabled:
+            return
+        target = self.acceptors  # past the end: the kernel's hash
+        seen: dict[int, tuple[int, float]] = {}
+        for i, pid in enumerate(pids):
+            if not pid:
+                continue
+            ticks = cpu_ticks(pid)
+            seen[pid] = (ticks, now)
+            last = self._seen.get(pid)
+            busy = (last is not None and now > last[1]
+                    and (ticks - last[0]) / _TICKS / (now - last[1]) >= BUSY_SHARE)
+            if not busy and target == self.acceptors:
+                target = i
+        self._seen = seen
+        if target != self.target:
+            self._attach(target)
+
+    def _attach(self, target: int) -> None:
+        try:
+            attach_index(self.sock, target)
+        except OSError as exc:
+            self.enabled = False
+            log.warning("cannot steer new connections (%s): the kernel's hash spreads them", exc.strerror)
+            return
+        self.target = target

@@ -232,3 +232,63 @@ def test_every_kind_is_distinct_and_fits_a_byte():
              and k not in ("MEMORY_ONLY", "STATE_FIRST", "STATE_LAST", "FIN_IDS_AT", "DELIVER_FRAMES_AT")]
     assert len(kinds) == len(set(kinds)) == 36  # 34 + DEAD_LETTER, DEAD_LETTER_OK
     assert all(0 < k < 256 for k in kinds)
+
+
+def _ranges(recs: list[bytes]) -> list[tuple]:
+    """What a router takes from PUBLISH_AT records: per topic and file, (start, end, count)
+    in order; other records as themselves."""
+    out = []
+    for rec in recs:
+        if rec[0] == records.PUBLISH_AT:
+            acceptor, seq, offset, count, size, topic = records.parse_publish_at(rec)
+            out.append((topic, acceptor, seq, offset, offset + size, count))
+        else:
+            out.append(rec)
+    return out
+
+
+def test_coalesce_joins_back_to_back_publish_ats_of_one_topic_and_file():
+    a = [records.publish_at(1, 7, 64, 1, 40, b"t"), records.publish_at(1, 7, 104, 1, 40, b"t"),
+         records.publish_at(1, 7, 144, 200, 8000, b"t")]
+    assert _ranges(records.coalesce_publish_at(a)) == [(b"t", 1, 7, 64, 8144, 202)]
+
+
+def test_coalesce_keeps_what_must_stay_apart_and_every_other_record_in_place():
+    fin = bytes(records.fin(5, b"0" * 16))
+    recs = [
+        records.publish_at(0, 3, 64, 1, 40, b"t"),
+        records.publish_at(0, 3, 104, 1, 40, b"u"),  # another topic
+        records.publish_at(0, 3, 150, 1, 40, b"u"),  # a gap in the file
+        records.publish_at(0, 4, 64, 1, 40, b"u"),  # the next file
+        fin,  # a record between two that would join
+        records.publish_at(0, 4, 104, 1, 40, b"u"),
+        records.publish_at(0, 4, 144, 2, 80, b"u"),
+    ]
+    got = records.coalesce_publish_at(recs)
+    assert _ranges(got) == [(b"t", 0, 3, 64, 104, 1), (b"u", 0, 3, 104, 144, 1), (b"u", 0, 3, 150, 190, 1),
+                            (b"u", 0, 4, 64, 104, 1), fin, (b"u", 0, 4, 104, 224, 3)]
+    assert got[0] is recs[0]  # a record that joins nothing is passed on as it is
+
+
+@given(st.lists(st.tuples(st.sampled_from([b"a", b"b"]), st.integers(0, 1), st.integers(1, 3),
+                          st.booleans()), max_size=30))
+def test_coalesce_gives_the_router_the_same_messages_in_the_same_order(steps):
+    """Whatever the mix, the joined records cover exactly the same file ranges per topic,
+    in the same order, with the same message count."""
+    ends: dict[tuple, int] = {}
+    recs = []
+    for topic, seq, count, gap in steps:
+        start = ends.get((topic, seq), 64) + (8 if gap else 0)
+        recs.append(records.publish_at(0, seq, start, count, 40 * count, topic))
+        ends[(topic, seq)] = start + 40 * count
+
+    def flat(rs):
+        per = []
+        for topic, _, seq, start, end, count in _ranges(rs):
+            per.append((topic, seq, start, end, count))
+        # split every range into its 40-byte messages
+        return [(t, s, start + 40 * i) for t, s, start, end, count in per for i in range(count)]
+
+    got = records.coalesce_publish_at(recs)
+    assert flat(got) == flat(recs)
+    assert len(got) <= len(recs)

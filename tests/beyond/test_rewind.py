@@ -16,7 +16,9 @@ import pytest
 from nsqmp.client import Connection
 from tests.harness import Broker, nothing_within, wait_for
 
-ARGS = ("--max-bytes-per-file", str(32 * 1024), "--retention-bytes", "64MB", "--sync-timeout", "200ms")
+# spread: publishers on both acceptors, so a replay crosses two streams
+ARGS = ("--max-bytes-per-file", str(32 * 1024), "--retention-bytes", "64MB", "--sync-timeout", "200ms",
+        "--acceptor-steering", "spread")
 BODY = b"." * 300
 
 

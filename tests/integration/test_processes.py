@@ -31,7 +31,9 @@ def _titles() -> set[str]:
 
 @pytest.fixture
 def broker(make_broker):
-    return make_broker("--acceptors", str(ACCEPTORS), "--routers", str(ROUTERS))
+    # the kernel's hash spreads connections over both acceptors (the default steering packs
+    # them on the first): these tests need survivors on the acceptor not killed
+    return make_broker("--acceptors", str(ACCEPTORS), "--routers", str(ROUTERS), "--acceptor-steering", "spread")
 
 
 _open: list[Connection] = []

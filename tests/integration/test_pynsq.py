@@ -164,7 +164,7 @@ async def _scenario(broker, caplog) -> tuple[Tally, list, dict]:
 
 @pytest.mark.slow
 def test_pynsq_writer_and_readers_on_two_acceptors(make_broker, caplog):
-    broker = make_broker("--acceptors", "2")
+    broker = make_broker("--acceptors", "2", "--acceptor-steering", "spread")  # readers on both acceptors
     caplog.set_level(logging.WARNING, logger="nsq")
     started = time.monotonic()
     tally, problems, placement = asyncio.run(asyncio.wait_for(_scenario(broker, caplog), DEADLINE))

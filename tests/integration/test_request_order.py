@@ -74,10 +74,10 @@ def check_only_early_got_them(broker, topic: str) -> None:
 def any_broker(request, tmp_path):
     """The default broker (an acceptor per core: 2 here), and one acceptor, where the
     router skips the barrier: its one ring already carries everything in order."""
-    if request.param == "2 acceptors":
-        yield request.getfixturevalue("broker")
-        return
-    b = Broker(tmp_path / "one", "--acceptors", "1").start()
+    # two acceptors with the kernel's hash, so the producers' requests come through both
+    # (the default steering packs them on one)
+    args = ("--acceptors", "2", "--acceptor-steering", "spread") if request.param == "2 acceptors" else ("--acceptors", "1")
+    b = Broker(tmp_path / "one", *args).start()
     try:
         yield b
     finally:

@@ -154,7 +154,7 @@ def _producers(broker, **params) -> dict[str, dict]:
 
 
 def test_stats_producers_from_every_acceptor(make_broker):
-    broker = make_broker("--acceptors", "2")
+    broker = make_broker("--acceptors", "2", "--acceptor-steering", "spread")  # both acceptors
     conns = []
     for i in range(6):  # SO_REUSEPORT spreads them over both acceptors
         c = Connection.connect(broker.tcp_address)
@@ -227,7 +227,7 @@ def test_start_time_is_the_brokers_on_every_acceptor(make_broker):
     import os
     import signal
 
-    broker = make_broker("--acceptors", "2")
+    broker = make_broker("--acceptors", "2", "--acceptor-steering", "spread")  # both acceptors
     times = {broker.stats()["start_time"] for _ in range(8)}  # requests spread over both acceptors
     assert len(times) == 1
     [start] = times

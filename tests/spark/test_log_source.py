@@ -24,7 +24,9 @@ pytestmark = [
 
 @pytest.fixture
 def logbroker(tmp_path):
-    b = Broker(tmp_path / "data", "--acceptors", "2", "--max-bytes-per-file", "16384").start()
+    # spread: publishers on both acceptors, so the log has two partitions to read
+    b = Broker(tmp_path / "data", "--acceptors", "2", "--max-bytes-per-file", "16384",
+               "--acceptor-steering", "spread").start()
     yield b
     if b.proc is not None and b.proc.poll() is None:
         assert b.stop() == 0, b.log_text()

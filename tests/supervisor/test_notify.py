@@ -75,7 +75,7 @@ def test_broker_notifies_ready_once_every_acceptor_serves_then_stopping(tmp_path
     sock, path = notify_socket
     monkeypatch.setenv("NOTIFY_SOCKET", path)
     monkeypatch.setenv("WATCHDOG_USEC", "200000")  # a beat every 0.1 s
-    b = Broker(tmp_path / "data", "--acceptors", "2")
+    b = Broker(tmp_path / "data", "--acceptors", "2", "--acceptor-steering", "spread")  # both acceptors answer
     b._log = open(b.log_path, "ab")
     b._log_start = b._log.tell()
     import subprocess

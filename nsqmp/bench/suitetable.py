@@ -8,6 +8,7 @@ processes summed, MiB).
 """
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 
@@ -83,6 +84,7 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
             spread = "; ".join(f"{lb} {', '.join(short(x, rate) for x in v)}" for lb, v in by.items() if v)
             lines.append(f"| {row} | " + " | ".join(cells) + f" | {spread} |")
     lines += _distances(chosen, summary, labels)
+    lines += _cpu(chosen, runs, labels)
     failed = [r for r in runs if "error" in r]
     if failed:
         lines += ["", "Failed runs:", ""] + [f"- rep {r['rep']}, {r['workload']}: {r['error']} ({r['target']})"
@@ -128,3 +130,30 @@ def _distances(chosen: list[dict], summary: dict, labels: list[str]) -> list[str
             out.append(f"- {row}: the answer-only floor {med:,.0f} msgs/s; of it: {', '.join(parts)}")
     return ["", "Distance to the floor (a broker's rate as a fraction of the floor's, same client):", ""] + out \
         if out else []
+
+
+def _cpu(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
+    """CPU per message moved, broker and client (medians), and the rate they allow on this
+    machine's cores: where the client and the broker share the cores, no broker passes
+    cores / (its CPU + its client's) per message, whatever its code."""
+    cores = os.cpu_count() or 1
+    rows = []
+    for w in chosen:
+        mine = [r for r in runs if r["workload"] == w["name"] and "cpu_us_per_msg" in r]
+        cells = []
+        for lb in labels:
+            per = [r["cpu_us_per_msg"] for r in mine if r["target"] == lb]
+            if not per:
+                cells.append("")
+                continue
+            b = statistics.median(p["broker"] for p in per)
+            c = statistics.median(p["client"] for p in per)
+            cells.append(f"{b:.2f} / {c:.2f} ({short(cores * 1e6 / (b + c))})" if b + c > 0 else "")
+        if any(cells):
+            rows.append(f"| {w['name']} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", f"CPU per message moved (published + delivered), microseconds, medians: broker (all its "
+                f"processes) / client (the bench tools), and in brackets the rate both together allow on "
+                f"this machine's {cores} cores, cores / (broker + client):", "",
+            "| workload | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"] + rows

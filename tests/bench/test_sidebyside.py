@@ -41,9 +41,10 @@ def suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict
     return proc, orjson.loads(raw.read_bytes())
 
 
-def row(stdout: str, name: str) -> list[str]:
-    """The cells of the table's row for name."""
-    (line,) = [ln for ln in stdout.splitlines() if ln.startswith(f"| {name} |")]
+def row(stdout: str, name: str, table: str = "rates") -> list[str]:
+    """The cells of the row for name in the rates table, or (table="cpu") in the CPU table."""
+    rates, _, cpu = stdout.partition("CPU per message moved")
+    (line,) = [ln for ln in (cpu if table == "cpu" else rates).splitlines() if ln.startswith(f"| {name} |")]
     return [c.strip() for c in line.strip("|").split("|")]
 
 
@@ -67,6 +68,10 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
     assert floor_cells[1] == floor_cells[2] and "floor (C server)" in floor_cells[4]
     (distance,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("- writer PUB, 1 conn: the answer-only")]
     assert "of it: nsqd " in distance and ", nsqmp " in distance  # their fractions of the floor
+    for name in ("writer PUB, 1 conn", "reader, 2 conns, draining"):  # broker / client CPU per message
+        for cell in row(proc.stdout, name, "cpu")[1:]:
+            broker_us, slash, client_us, allowed = cell.split(" ")
+            assert float(broker_us) > 0 and slash == "/" and float(client_us) >= 0 and allowed.startswith("("), cell
     pub = [(r["rep"], r["position"], r["target"]) for r in raw["runs"] if r["workload"] == "writer PUB, 1 conn"]
     assert pub == [(1, 0, "nsqd"), (1, 1, "nsqmp"), (2, 0, "nsqmp"), (2, 1, "nsqd")]
     readers = [r for r in raw["runs"] if r["workload"] == "reader, 2 conns, draining"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.nsqtools import Client, NsqTools, OwnClient
+from nsqmp.bench.proc import with_cpu
 
 _ROOT = Path(__file__).resolve().parents[2]
 _SOURCE = _ROOT / "native" / "bench" / "floor.c"
@@ -143,7 +144,7 @@ def measure(runfor: float, conns: int = 1, client: Client | None = None, size: i
     client = client or OwnClient(size)
     server = Server()
     try:
-        result = client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor)
+        result = with_cpu(server.proc, lambda: client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor))
     finally:
         server.stop()
     return {**result, "server": server.kind, "memory_kib": {}}

@@ -3,7 +3,10 @@ processes read and answer frames."""
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -17,6 +20,52 @@ def cpu_seconds(pid: int) -> float:
     except FileNotFoundError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _processes(pid: int) -> list[int]:
+    """A broker's processes: its first process and that one's children (nsqmp's roles)."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children: the bench tools, once waited for."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def with_cpu(proc: subprocess.Popen | None, run: Callable[[], dict]) -> dict:
+    """run()'s result with ``cpu_us_per_msg``: the CPU the server's processes (proc and its
+    children: a broker's roles) and the client processes used during it, per message moved
+    (published plus delivered). On a machine whose cores the two share, cores / (broker +
+    client) bounds the rate either broker can reach with that client: the measurement
+    behind "the limit is the machine". Without proc (a server in a thread or a forked
+    Python process), run()'s result as it is."""
+    if proc is None:
+        return run()
+    pids = _processes(proc.pid)
+    before = {p: cpu_seconds(p) for p in pids}
+    client0 = _children_cpu()
+    result = run()
+    used = sum(cpu_seconds(p) - t for p, t in before.items())
+    client = _children_cpu() - client0
+    moved = _moved(result)
+    if moved and used == used:  # NaN: a process of the broker died during the run
+        result["cpu_us_per_msg"] = {"broker": round(used * 1e6 / moved, 2), "client": round(client * 1e6 / moved, 2)}
+    return result
+
+
+def _moved(result: dict) -> int:
+    """Messages a run moved: published, delivered (the reader's backlog), or both (mixed)."""
+    if "backlog" in result:
+        return result["backlog"] - (result.get("left") or 0)
+    out = result.get("msgs_out_per_sec")
+    return int(result.get("messages") or 0) + (int(out * result["seconds"]) if out and result.get("seconds") else 0)
 
 
 def readable_frames(sel, readers: dict, timeout: float):

@@ -14,11 +14,9 @@ nsqd runs first on odd repetitions and nsqmp first on even ones.
 """
 from __future__ import annotations
 
-import resource
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
@@ -26,7 +24,7 @@ from urllib.parse import urlencode
 from nsqmp.bench.nsqtools import Client
 from nsqmp.client import wire
 from nsqmp.client.sync import Connection
-from nsqmp.bench.proc import cpu_seconds
+from nsqmp.bench.proc import with_cpu
 from nsqmp.bench.tool import BenchFailed
 from nsqmp.launcher import Broker, Nsqd
 
@@ -187,57 +185,15 @@ def _drain(broker: Broker, client: Client, topic: str, conns: int, runfor: float
 
 
 def _workload(broker: Broker, client: Client, w: dict, runfor: float) -> dict:
-    """The client part of one run (the broker is up), with the CPU it cost (_with_cpu)."""
+    """The client part of one run (the broker is up), with the CPU it cost (proc.with_cpu)."""
     addr, topic, kind = broker.tcp_address, w.get("topic", TOPIC), w["kind"]
     if kind == "writer":
-        return _with_cpu(broker, lambda: client.writer(addr, topic, w["conns"], w["batch"], runfor))
+        return with_cpu(broker.proc, lambda: client.writer(addr, topic, w["conns"], w["batch"], runfor))
     _channel(broker, topic)
     if kind == "mixed":
-        return _with_cpu(broker, lambda: client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor))
+        return with_cpu(broker.proc, lambda: client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor))
     fill(addr, topic, backlog_size(runfor))
-    return _with_cpu(broker, lambda: _drain(broker, client, topic, w["conns"], runfor))
-
-
-def _processes(pid: int) -> list[int]:
-    """A broker's processes: its first process and that one's children (nsqmp's roles)."""
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            pids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return pids
-
-
-def _children_cpu() -> float:
-    """CPU seconds of this process's finished children: the bench tools, once waited for."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _with_cpu(broker: Broker, run: Callable[[], dict]) -> dict:
-    """run()'s result with ``cpu_us_per_msg``: the CPU the broker's processes and the client
-    processes used during it, per message moved (published plus delivered). On a machine
-    whose cores the two share, cores / (broker + client) bounds the rate either broker
-    can reach with that client: the measurement behind "the limit is the machine"."""
-    pids = _processes(broker.proc.pid) if broker.proc is not None else []
-    before = {p: cpu_seconds(p) for p in pids}
-    client0 = _children_cpu()
-    result = run()
-    used = sum(cpu_seconds(p) - t for p, t in before.items())
-    client = _children_cpu() - client0
-    moved = _moved(result)
-    if moved and used == used:  # NaN: a process of the broker died during the run
-        result["cpu_us_per_msg"] = {"broker": round(used * 1e6 / moved, 2), "client": round(client * 1e6 / moved, 2)}
-    return result
-
-
-def _moved(result: dict) -> int:
-    """Messages a run moved: published, delivered (the reader's backlog), or both (mixed)."""
-    if "backlog" in result:
-        return result["backlog"] - (result.get("left") or 0)
-    out = result.get("msgs_out_per_sec")
-    return int(result.get("messages") or 0) + (int(out * result["seconds"]) if out and result.get("seconds") else 0)
+    return with_cpu(broker.proc, lambda: _drain(broker, client, topic, w["conns"], runfor))
 
 
 def backlog_size(runfor: float) -> int:

@@ -11,7 +11,7 @@ the reader on 2 connections 770-840k/s against 660-680k, mixed out 560-620k agai
 
 So the supervisor steers (``--acceptor-steering pack``, the default): new connections go
 to the first acceptor, in slot order, that is running and used less than ``BUSY_SHARE``
-of a core over the last tick; once every one is that busy, the kernel's hash spreads them
+of a core over the last quarter second; once every one is that busy, the kernel's hash spreads them
 again. The decision is a one-instruction classic BPF program attached to the TCP
 listening group (SO_ATTACH_REUSEPORT_CBPF), returning the index of the chosen socket in
 the group; an index past the group's end makes the kernel fall back to its hash. The
@@ -35,10 +35,12 @@ log = logging.getLogger("nsqmp.supervisor")
 # <asm-generic/socket.h>; Python's socket module does not name it
 SO_ATTACH_REUSEPORT_CBPF = 51
 _BPF_RET_K = 0x06  # BPF_RET | BPF_K: return the constant k
-# An acceptor that used this share of one core over the last tick takes no more new
+# An acceptor that used this share of one core since the last reading takes no more new
 # connections while a later one is under it
 BUSY_SHARE = 0.8
 _TICKS = os.sysconf("SC_CLK_TCK")
+# The shortest interval a share is read over (the supervisor's loop may turn sooner, on a signal)
+MIN_INTERVAL = 0.2
 
 
 class _SockFilter(ctypes.Structure):
@@ -76,8 +78,9 @@ class Steering:
         self.sock = sock
         self.acceptors = acceptors
         self.target = -1  # the index the attached program returns; -1: none attached yet
-        self._seen: dict[int, tuple[int, float]] = {}  # pid -> (cpu ticks, at) of the last tick
+        self._seen: dict[int, tuple[int, float]] = {}  # pid -> (cpu ticks, at) of the last reading
         self.enabled = True
+        self._at = float("-inf")  # when the shares were last read
 
     def start(self) -> None:
         """Before the acceptors start: the first connections wait for acceptor 0."""
@@ -86,8 +89,9 @@ class Steering:
     def update(self, pids: list[int], now: float) -> None:
         """One supervisor tick: pids[i] is acceptor i's process, 0 while it is not ready.
         Re-attaches the program only when the choice changes."""
-        if not self.enabled:
-            return
+        if not self.enabled or now - self._at < MIN_INTERVAL:
+            return  # CPU time moves in 10 ms ticks: a share needs a longer interval
+        self._at = now
         target = self.acceptors  # past the end: the kernel's hash
         seen: dict[int, tuple[int, float]] = {}
         for i, pid in enumerate(pids):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from nsqmp.client.sync import Connection
-from nsqmp.supervisor.steering import Steering
+from nsqmp.supervisor.steering import MIN_INTERVAL, Steering
 from tests.harness import wait_for
 
 
@@ -130,21 +130,19 @@ def test_a_busy_acceptor_passes_new_connections_to_the_next_then_to_the_hash():
         assert [_taker(socks) for _ in range(6)] == [0] * 6
 
         def steered(pids, want):
+            time.sleep(MIN_INTERVAL + 0.05)  # shares are read over at least MIN_INTERVAL
             steering.update(pids, time.monotonic())
             return steering.target == want or None
 
         # the spinner uses a whole core (if the machine gives it one; a few tries)
-        wait_for(lambda: (time.sleep(0.3), steered([spin.pid, idle.pid], 1))[1], timeout=20,
-                 what="the busy first acceptor passed over")
+        wait_for(lambda: steered([spin.pid, idle.pid], 1), timeout=20, what="the busy first acceptor passed over")
         assert [_taker(socks) for _ in range(6)] == [1] * 6
-        # a missing acceptor (0: not ready) is passed over too
-        assert steered([0, idle.pid], 1)
         # every acceptor busy: past the end of the group, the kernel's hash
-        steering.update([spin.pid, spin.pid], time.monotonic())
-        wait_for(lambda: (time.sleep(0.3), steered([spin.pid, spin.pid], 2))[1], timeout=20,
-                 what="the hash once all are busy")
+        wait_for(lambda: steered([spin.pid, spin.pid], 2), timeout=20, what="the hash once all are busy")
         assert {_taker(socks) for _ in range(40)} == {0, 1}
         assert steered([idle.pid, spin.pid], 0)
+        # a missing acceptor (0: not ready) is passed over
+        assert steered([0, idle.pid], 1)
     finally:
         for p in (spin, idle):
             p.kill()

@@ -10,14 +10,15 @@ the reader on 2 connections 770-840k/s against 660-680k, mixed out 560-620k agai
 450-540k, MPUB on 4 connections 2.14-2.33M against 1.98-2.21M.
 
 So the supervisor steers (``--acceptor-steering pack``, the default): new connections go
-to the first acceptor, in slot order, that is running and used less than ``BUSY_SHARE``
-of a core over the last quarter second; once every one is that busy, the kernel's hash spreads them
-again. The decision is a one-instruction classic BPF program attached to the TCP
+to the first acceptor, in slot order, that is ready, beat within the last second, and
+used less than ``BUSY_SHARE`` of a core over the last quarter second; once every one is
+that busy, the kernel's hash spreads them again. The decision is a one-instruction classic BPF program attached to the TCP
 listening group (SO_ATTACH_REUSEPORT_CBPF), returning the index of the chosen socket in
 the group; an index past the group's end makes the kernel fall back to its hash. The
 supervisor holds every listening socket for the broker's life (listeners.py), so the
 group keeps them in slot order and socket i is acceptor i's for good. A dead acceptor is
-skipped until its successor is ready, so new clients do not wait in its backlog.
+skipped until its successor is ready, and a stuck one until it beats again, so new
+clients do not wait in their backlog.
 
 Established connections never move: a burst of connections within one tick lands on one
 acceptor. ``--acceptor-steering spread`` keeps the kernel's hash. HTTP connections, short

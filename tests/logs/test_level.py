@@ -39,7 +39,8 @@ def _visit_every_process(broker, tag: str) -> None:
 
 
 def test_put_log_level_reaches_every_acceptor_and_router(make_broker):
-    b = make_broker("--acceptors", "2", "--routers", str(ROUTERS))
+    # spread: the connections reach every acceptor (the default steering packs them on one)
+    b = make_broker("--acceptors", "2", "--routers", str(ROUTERS), "--acceptor-steering", "spread")
     children = b.children()
     acceptors = {pid for title, pid in children.items() if title.startswith("nsqmp acceptor")}
     routers = {pid for title, pid in children.items() if title.startswith("nsqmp router")}

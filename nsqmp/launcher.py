@@ -97,6 +97,7 @@ class Broker(Daemon):
         self.proc: subprocess.Popen | None = None
         self.tcp_port = 0
         self.http_port = 0
+        self.cwd: str | None = None  # where the broker starts (None: here)
 
     # -- life ---------------------------------------------------------------------------
     def command(self) -> list[str]:
@@ -114,7 +115,7 @@ class Broker(Daemon):
         self._log = open(self.log_path, "ab")
         self._log_start = self._log.tell()
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=self.cwd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log_text()

@@ -36,11 +36,15 @@ TOPIC, CHANNEL = "sub_bench", "ch"
 
 
 class Baseline(Broker):
-    """nsqmp from another checkout: the same command run with PYTHONPATH=that checkout."""
+    """nsqmp from another checkout: the same command run in that checkout, with
+    PYTHONPATH=that checkout. Both are needed: ``python -m`` puts the current directory
+    first on the path, so a baseline started from this checkout ran this checkout's code
+    (the baseline columns of 2026-11-24 compared this code with itself)."""
 
     def __init__(self, checkout: str, data_path: Path, *args: str, log_path: Path | None = None) -> None:
         super().__init__(data_path, *args, log_path=log_path)
         self.checkout = str(Path(checkout).resolve())
+        self.cwd = self.checkout
 
     def command(self) -> list[str]:
         # env execs python in place: the PID Popen knows stays the supervisor's

@@ -18,6 +18,7 @@ import pytest
 
 from nsqmp.bench import floor
 from nsqmp.bench.nsqtools import go_duration, parse_result
+from nsqmp.bench.sidebyside import Baseline
 from nsqmp.client import wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +137,21 @@ def test_one_real_row_with_nsqs_own_tools(tmp_path):
     cells = row(proc.stdout, "writer PUB, 1 conn")
     assert cells[3].endswith("x")
     assert raw["summary"][FLOOR_PUB1]["floor"] > 0
+
+
+def test_a_baseline_runs_the_code_of_its_own_checkout(tmp_path, monkeypatch):
+    """The baseline broker loads its checkout's modules, even when the suite runs from
+    this checkout (``python -m`` puts the current directory first on the path: until
+    2026-11-25 the "baseline" ran this checkout's code)."""
+    other = tmp_path / "other"
+    shutil.copytree(ROOT / "nsqmp", other / "nsqmp", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(ROOT)
+    b = Baseline(str(other), tmp_path / "data").start()
+    try:
+        child = b.children()["nsqmp acceptor 0"]
+        natives = {line.split()[-1] for line in Path(f"/proc/{child}/maps").read_text().splitlines()
+                   if "_native" in line}
+        assert natives == {str(other / "nsqmp" / Path(n).name) for n in natives}, natives
+        assert natives and os.readlink(f"/proc/{b.proc.pid}/cwd") == str(other)
+    finally:
+        assert b.stop() == 0, b.log_text()

@@ -23,6 +23,7 @@ from nsqmp.busypoll import BusyPoll, CpuPressure
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
+from nsqmp.reuseport import PACK_MAX_CONNECTIONS, attach_index
 from nsqmp.roles import Role
 
 _STATS_TIMEOUT = 5.0
@@ -177,12 +178,22 @@ class Acceptor(Role):
         return self.plan.topic_slot(topic)
 
     def attach(self, conn: V2Connection) -> None:
-        """Records for conn's ID reach it from now on."""
+        """Records for conn's ID reach it from now on. The supervisor's steering reads the
+        count; at PACK_MAX_CONNECTIONS a packed acceptor sends new connections to the
+        kernel's hash itself, before the supervisor's next look (a reconnection storm)."""
         self.connections[conn.conn] = conn
+        count = len(self.connections)
+        self.control.set_connections(self.slot, count)
+        if count == PACK_MAX_CONNECTIONS and self.opts.acceptor_steering == "pack" and self.plan.acceptors > 1:
+            try:
+                attach_index(self.tcp_sock, self.plan.acceptors)  # past the group's end: the hash
+            except OSError:
+                pass  # the supervisor found steering unsupported and logged it
 
     def detach(self, conn: V2Connection) -> None:
         """conn is gone: records for its ID are dropped."""
         self.connections.pop(conn.conn, None)
+        self.control.set_connections(self.slot, len(self.connections))
 
     def published(self, conn: V2Connection) -> None:
         """A publish is on disk: note the disk works, show the producer, and hold the

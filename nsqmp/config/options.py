@@ -1064,10 +1064,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "acceptor-steering", STR, "pack",
         "Which acceptor a new TCP connection goes to. pack: the first running acceptor that "
-        "used less than 80% of a core over the last quarter second (fewer processes wake on "
-        "a machine whose cores the clients share; measured faster on every bench row); once "
-        "all are that busy, the kernel's hash. spread: always the kernel's hash "
-        "(SO_REUSEPORT). Established connections never move; HTTP is always hashed.",
+        "used less than 80% of a core over the last quarter second and holds fewer than 64 "
+        "connections (fewer processes wake on a machine whose cores the clients share: "
+        "one-message publishes and consumers under load gain, heavy MPUB publishers on few "
+        "connections lose, docs/tuning.md); once all are that busy, the kernel's hash. "
+        "spread: always the kernel's hash (SO_REUSEPORT). Established connections never "
+        "move; HTTP is always hashed.",
         section="processes", nsqd=False, choices=("pack", "spread"),
     ),
     Option(

@@ -9,6 +9,7 @@ Layout (little-endian)::
        +16 heartbeat u64: CLOCK_MONOTONIC ns of the child's last beat
        +24 failed_at u64: CLOCK_MONOTONIC ns of that failure
        +32 ok_at u64: CLOCK_MONOTONIC ns of a recent successful write (noted at most 1/s)
+       +40 connections u32: the TCP connections an acceptor holds (the supervisor's steering)
 
 The broker is unhealthy while the newest failure of any slot is newer than the newest
 success of any slot: a write that works anywhere means the disk has room again.
@@ -59,6 +60,7 @@ class ControlBlock:
 
     def reset(self, slot: int, generation: int) -> None:
         SLOT.pack_into(self.buf, SLOT_BASE + SLOT_SIZE * slot, 0, generation, BOOTING, 0, 0)
+        self.set_connections(slot, 0)  # the predecessor's connections died with it
 
     def announce(self, slot: int, pid: int, generation: int, state: int) -> None:
         SLOT.pack_into(self.buf, SLOT_BASE + SLOT_SIZE * slot, pid, generation, state, 0, time.monotonic_ns())
@@ -87,6 +89,13 @@ class ControlBlock:
                 newest_fail, err = failed_at, e
             newest_ok = max(newest_ok, ok_at)
         return err if newest_fail > newest_ok else 0
+
+    def set_connections(self, slot: int, count: int) -> None:
+        struct.pack_into("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 40, count)
+
+    def connections(self, slot: int) -> int:
+        """The TCP connections the slot's acceptor said it holds."""
+        return struct.unpack_from("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 40)[0]
 
     def beat(self, slot: int) -> None:
         struct.pack_into("<Q", self.buf, SLOT_BASE + SLOT_SIZE * slot + 16, time.monotonic_ns())

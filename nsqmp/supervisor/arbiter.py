@@ -384,7 +384,7 @@ class Supervisor:
         (steering.py). One whose heartbeat is late (a stuck loop) counts as not ready."""
         assert self.steering is not None
         now = time.monotonic_ns()
-        pids = []
+        pids, conns = [], []
         for i in range(self.plan.acceptors):
             child = self.children[self.plan.acceptor_slot(i)]
             ready = False
@@ -392,7 +392,8 @@ class Supervisor:
                 _, gen, state, beat = self.control.read(child.slot)
                 ready = state == control.READY and gen == child.generation and now - beat < STEER_BEAT_LATE_NS
             pids.append(child.pid if ready else 0)
-        self.steering.update(pids, now / 1e9)
+            conns.append(self.control.connections(child.slot))
+        self.steering.update(pids, now / 1e9, conns)
 
     def _stop_children(self) -> None:
         """Acceptors first (they stop taking traffic), then routers, then the timer; a

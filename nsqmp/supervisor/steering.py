@@ -20,46 +20,29 @@ group keeps them in slot order and socket i is acceptor i's for good. A dead acc
 skipped until its successor is ready, and a stuck one until it beats again, so new
 clients do not wait in their backlog.
 
-Established connections never move: a burst of connections within one tick lands on one
-acceptor. ``--acceptor-steering spread`` keeps the kernel's hash. HTTP connections, short
+An acceptor holding ``PACK_MAX_CONNECTIONS`` (64) counts as busy too, and hands new
+connections to the kernel's hash itself the moment it takes its 64th (nsqmp/reuseport.py),
+so a reconnection storm (every client of a restarted broker, within one of the
+supervisor's readings) does not land whole on one acceptor. Established connections
+never move. ``--acceptor-steering spread`` keeps the kernel's hash. HTTP connections, short
 and stateless, are always hashed.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import socket
 
+from nsqmp.reuseport import PACK_MAX_CONNECTIONS, attach_index
+
 log = logging.getLogger("nsqmp.supervisor")
 
-# <asm-generic/socket.h>; Python's socket module does not name it
-SO_ATTACH_REUSEPORT_CBPF = 51
-_BPF_RET_K = 0x06  # BPF_RET | BPF_K: return the constant k
 # An acceptor that used this share of one core since the last reading takes no more new
-# connections while a later one is under it
+# connections while a later one is under it (nor one holding PACK_MAX_CONNECTIONS)
 BUSY_SHARE = 0.8
 _TICKS = os.sysconf("SC_CLK_TCK")
 # The shortest interval a share is read over (the supervisor's loop may turn sooner, on a signal)
 MIN_INTERVAL = 0.2
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def attach_index(sock: socket.socket, index: int) -> None:
-    """Make sock's SO_REUSEPORT group give every new connection to its socket number
-    `index` (one past the end: the kernel's hash). Raises OSError if the kernel refuses."""
-    program = (_SockFilter * 1)(_SockFilter(_BPF_RET_K, 0, 0, index))
-    fprog = _SockFprog(1, program)
-    # the kernel copies the program during the call, from the address in fprog
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, bytes(fprog))
 
 
 def cpu_ticks(pid: int) -> int:
@@ -87,9 +70,10 @@ class Steering:
         """Before the acceptors start: the first connections wait for acceptor 0."""
         self._attach(0)
 
-    def update(self, pids: list[int], now: float) -> None:
-        """One supervisor tick: pids[i] is acceptor i's process, 0 while it is not ready.
-        Re-attaches the program only when the choice changes."""
+    def update(self, pids: list[int], now: float, conns: list[int] | None = None) -> None:
+        """One supervisor tick: pids[i] is acceptor i's process, 0 while it is not ready,
+        conns[i] the connections it holds. Re-attaches the program only when the choice
+        changes."""
         if not self.enabled or now - self._at < MIN_INTERVAL:
             return  # CPU time moves in 10 ms ticks: a share needs a longer interval
         self._at = now
@@ -103,6 +87,8 @@ class Steering:
             last = self._seen.get(pid)
             busy = (last is not None and now > last[1]
                     and (ticks - last[0]) / _TICKS / (now - last[1]) >= BUSY_SHARE)
+            if conns is not None and conns[i] >= PACK_MAX_CONNECTIONS:
+                busy = True
             if not busy and target == self.acceptors:
                 target = i
         self._seen = seen

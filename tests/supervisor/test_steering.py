@@ -12,6 +12,7 @@ import time
 import pytest
 
 from nsqmp.client.sync import Connection
+from nsqmp.reuseport import PACK_MAX_CONNECTIONS
 from nsqmp.supervisor.steering import MIN_INTERVAL, Steering
 from tests.harness import wait_for
 
@@ -85,6 +86,24 @@ def test_a_stuck_acceptor_gets_no_new_connections_until_it_beats_again(make_brok
         c.close()
 
 
+def test_an_acceptor_full_of_connections_passes_new_ones_on_at_once(make_broker):
+    """A reconnection storm: PACK_MAX_CONNECTIONS + 16 consumers connecting back to back,
+    faster than the supervisor looks. The acceptor that took its PACK_MAX_CONNECTIONS-th
+    hands the next to the kernel's hash itself, and the supervisor, once it looks, to the
+    next acceptor: acceptor 1 gets some of them, acceptor 0 not all."""
+    broker = make_broker("--acceptors", "2")
+    conns = []
+    try:
+        for _ in range(PACK_MAX_CONNECTIONS + 16):
+            conns.append(_consumer(broker, "storm", "ch"))
+        where = _acceptors_of(broker, conns, "storm", "ch")
+        assert where[:PACK_MAX_CONNECTIONS] == [0] * PACK_MAX_CONNECTIONS
+        assert 1 in where[PACK_MAX_CONNECTIONS:], where[PACK_MAX_CONNECTIONS:]
+    finally:
+        for c in conns:
+            c.close()
+
+
 def _group(n: int) -> list[socket.socket]:
     socks = []
     port = 0
@@ -129,9 +148,9 @@ def test_a_busy_acceptor_passes_new_connections_to_the_next_then_to_the_hash():
         steering.start()
         assert [_taker(socks) for _ in range(6)] == [0] * 6
 
-        def steered(pids, want):
+        def steered(pids, want, conns=None):
             time.sleep(MIN_INTERVAL + 0.05)  # shares are read over at least MIN_INTERVAL
-            steering.update(pids, time.monotonic())
+            steering.update(pids, time.monotonic(), conns)
             return steering.target == want or None
 
         # the spinner uses a whole core (if the machine gives it one; a few tries)
@@ -141,8 +160,10 @@ def test_a_busy_acceptor_passes_new_connections_to_the_next_then_to_the_hash():
         wait_for(lambda: steered([spin.pid, spin.pid], 2), timeout=20, what="the hash once all are busy")
         assert {_taker(socks) for _ in range(40)} == {0, 1}
         assert steered([idle.pid, spin.pid], 0)
-        # a missing acceptor (0: not ready) is passed over
+        # a missing acceptor (0: not ready) is passed over, and a full one
         assert steered([0, idle.pid], 1)
+        assert steered([idle.pid, idle.pid], 1, [PACK_MAX_CONNECTIONS, 3])
+        assert steered([idle.pid, idle.pid], 0, [PACK_MAX_CONNECTIONS - 1, 3])
     finally:
         for p in (spin, idle):
             p.kill()

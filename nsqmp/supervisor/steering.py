@@ -30,9 +30,9 @@ and stateless, are always hashed.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 
+from nsqmp.metrics.procfs import cpu_and_rss
 from nsqmp.reuseport import PACK_MAX_CONNECTIONS, attach_index
 
 log = logging.getLogger("nsqmp.supervisor")
@@ -40,19 +40,8 @@ log = logging.getLogger("nsqmp.supervisor")
 # An acceptor that used this share of one core since the last reading takes no more new
 # connections while a later one is under it (nor one holding PACK_MAX_CONNECTIONS)
 BUSY_SHARE = 0.8
-_TICKS = os.sysconf("SC_CLK_TCK")
 # The shortest interval a share is read over (the supervisor's loop may turn sooner, on a signal)
 MIN_INTERVAL = 0.2
-
-
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of a process, in clock ticks; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0
-    return int(fields[11]) + int(fields[12])
 
 
 class Steering:
@@ -62,7 +51,7 @@ class Steering:
         self.sock = sock
         self.acceptors = acceptors
         self.target = -1  # the index the attached program returns; -1: none attached yet
-        self._seen: dict[int, tuple[int, float]] = {}  # pid -> (cpu ticks, at) of the last reading
+        self._seen: dict[int, tuple[float, float]] = {}  # pid -> (CPU seconds, at) of the last reading
         self.enabled = True
         self._at = float("-inf")  # when the shares were last read
 
@@ -78,15 +67,15 @@ class Steering:
             return  # CPU time moves in 10 ms ticks: a share needs a longer interval
         self._at = now
         target = self.acceptors  # past the end: the kernel's hash
-        seen: dict[int, tuple[int, float]] = {}
+        seen: dict[int, tuple[float, float]] = {}
         for i, pid in enumerate(pids):
             if not pid:
                 continue
-            ticks = cpu_ticks(pid)
-            seen[pid] = (ticks, now)
+            usage = cpu_and_rss(pid)
+            cpu = usage[0] if usage is not None else 0.0
+            seen[pid] = (cpu, now)
             last = self._seen.get(pid)
-            busy = (last is not None and now > last[1]
-                    and (ticks - last[0]) / _TICKS / (now - last[1]) >= BUSY_SHARE)
+            busy = last is not None and now > last[1] and (cpu - last[0]) / (now - last[1]) >= BUSY_SHARE
             if conns is not None and conns[i] >= PACK_MAX_CONNECTIONS:
                 busy = True
             if not busy and target == self.acceptors:

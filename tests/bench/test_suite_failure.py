@@ -71,8 +71,13 @@ def test_the_suite_names_a_failed_workload_and_goes_on(tmp_path):
     assert "| writer MPUB 200, 1 conn | failed (see below) |" in proc.stdout
     assert "(after 0 OKs; slowest answer 0.0 ms)" in proc.stdout
     assert "- rep 1, writer MPUB 200, 1 conn: BenchFailed:" in proc.stdout
-    floor_rows = [line for line in proc.stdout.splitlines() if line.startswith("| writer PUB, 1 conn, answer-only")]
+    rates, _, cpu = proc.stdout.partition("CPU per message moved")
+    floor_rows = [line for line in rates.splitlines() if line.startswith("| writer PUB, 1 conn, answer-only")]
     assert len(floor_rows) == 1 and "failed" not in floor_rows[0]
+    # the CPU table has the floor's rows, and none for the failed workload
+    cpu_rows = [line for line in cpu.splitlines() if line.startswith("| writer")]
+    assert any(line.startswith("| writer PUB, 1 conn, answer-only") for line in cpu_rows), cpu
+    assert not any(line.startswith("| writer MPUB 200, 1 conn |") for line in cpu_rows), cpu
     (raw,) = out.glob("*.json")
     figures = orjson.loads(raw.read_bytes())
     assert figures["writer MPUB 200, 1 conn"] == []

@@ -69,6 +69,15 @@ async def await_for(predicate, timeout: float = 10.0, interval: float = 0.05,
     return value
 
 
+def channel_stats(broker, topic: str, channel: str) -> dict:
+    """The channel's entry in the broker's /stats; AssertionError if it is not there."""
+    for t in broker.stats(topic=topic)["topics"]:
+        for ch in t["channels"]:
+            if ch["channel_name"] == channel:
+                return ch
+    raise AssertionError(f"{topic}/{channel} not in /stats")
+
+
 def nothing_within(c: Connection, seconds: float) -> None:
     """Read `c` for `seconds` (answering heartbeats): no frame may arrive in that time.
     The bounded read for "nothing comes back", where the time itself is what is tested."""

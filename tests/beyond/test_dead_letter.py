@@ -14,20 +14,12 @@ import orjson
 import pytest
 
 from nsqmp.client import Connection, wire
-from tests.harness import wait_for
+from tests.harness import channel_stats, wait_for
 
 
 def post(b, path: str) -> tuple[int, dict | bytes]:
     status, body, _ = b.http("POST", path)
     return status, orjson.loads(body) if body.startswith(b"{") else body
-
-
-def channel_stats(b, topic: str, channel: str) -> dict | None:
-    for t in b.stats(topic=topic)["topics"]:
-        for c in t["channels"]:
-            if c["channel_name"] == channel:
-                return c
-    return None
 
 
 def setup(b, topic: str = "t", channel: str = "c", max_attempts: int | None = 3, to: str = "") -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from nsqmp.client import Connection
 from nsqmp.client import wire
-from tests.harness import nothing_within, wait_for
+from tests.harness import channel_stats, nothing_within, wait_for
 
 
 def consumer(broker, topic: str, channel: str, rdy: int = 10, **identify) -> Connection:
@@ -15,14 +15,6 @@ def consumer(broker, topic: str, channel: str, rdy: int = 10, **identify) -> Con
     c.identify(**identify)
     c.sub(topic, channel, rdy=rdy)
     return c
-
-
-def channel_stats(broker, topic: str, channel: str) -> dict:
-    for t in broker.stats(topic=topic)["topics"]:
-        for ch in t["channels"]:
-            if ch["channel_name"] == channel:
-                return ch
-    raise AssertionError(f"{topic}/{channel} not in /stats")
 
 
 def test_dpub_is_held_until_due(broker):

@@ -8,7 +8,7 @@ import signal
 
 from nsqmp.client import Connection
 from nsqmp.diskqueue.layout import topic_dir as topic_dir_of
-from tests.harness import wait_for
+from tests.harness import channel_stats, wait_for
 
 BOUND = ("--mem-queue-size", "100")  # the router's smallest in-memory share
 
@@ -20,14 +20,6 @@ def publish(broker, topic: str, n: int, batch: int = 50) -> set[bytes]:
             p.mpub(topic, bodies[i:i + batch])
         p.pub(topic, b"single")
     return set(bodies) | {b"single"}
-
-
-def channel_stats(broker, topic: str, channel: str) -> dict:
-    for t in broker.stats(topic=topic)["topics"]:
-        for ch in t["channels"]:
-            if ch["channel_name"] == channel:
-                return ch
-    raise AssertionError(f"{topic}/{channel} not in /stats")
 
 
 def drain(broker, topic: str, channel: str, expected: int, rdy: int = 37) -> list[bytes]:

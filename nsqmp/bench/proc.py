@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,33 +21,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def _processes(pid: int) -> list[int]:
-    """A broker's processes: its first process and that one's children (nsqmp's roles)."""
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            pids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return pids
-
-
 def _children_cpu() -> float:
     """CPU seconds of this process's finished children: the bench tools, once waited for."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
 
-def with_cpu(proc: subprocess.Popen | None, run: Callable[[], dict]) -> dict:
-    """run()'s result with ``cpu_us_per_msg``: the CPU the server's processes (proc and its
-    children: a broker's roles) and the client processes used during it, per message moved
-    (published plus delivered). On a machine whose cores the two share, cores / (broker +
-    client) bounds the rate either broker can reach with that client: the measurement
-    behind "the limit is the machine". Without proc (a server in a thread or a forked
+def with_cpu(pids: list[int], run: Callable[[], dict]) -> dict:
+    """run()'s result with ``cpu_us_per_msg``: the CPU the server's processes (pids: a
+    broker's supervisor and roles) and the client processes used during it, per message
+    moved (published plus delivered). On a machine whose cores the two share, cores /
+    (broker + client) bounds the rate either broker can reach with that client: the
+    measurement behind "the limit is the machine". Without pids (a server in a forked
     Python process), run()'s result as it is."""
-    if proc is None:
+    if not pids:
         return run()
-    pids = _processes(proc.pid)
     before = {p: cpu_seconds(p) for p in pids}
     client0 = _children_cpu()
     result = run()

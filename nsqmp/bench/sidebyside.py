@@ -78,9 +78,18 @@ def order(targets: list[Target], rep: int) -> list[Target]:
     return targets[k:] + targets[:k]
 
 
+def _processes(broker: Broker) -> dict[str, int]:
+    """Title -> PID of the broker's process ("supervisor"; nsqd's only one) and each child."""
+    return {"supervisor": broker.proc.pid, **broker.children()}  # type: ignore[union-attr]
+
+
+def _pids(broker: Broker) -> list[int]:
+    return list(_processes(broker).values())
+
+
 def memory(broker: Broker) -> dict[str, dict[str, int]]:
     """RSS and PSS (KiB) of the broker's process and each child, by process title."""
-    procs = {"supervisor": broker.proc.pid, **broker.children()}  # type: ignore[union-attr]
+    procs = _processes(broker)
     out = {}
     for title, pid in procs.items():
         fields = {}
@@ -192,12 +201,12 @@ def _workload(broker: Broker, client: Client, w: dict, runfor: float) -> dict:
     """The client part of one run (the broker is up), with the CPU it cost (proc.with_cpu)."""
     addr, topic, kind = broker.tcp_address, w.get("topic", TOPIC), w["kind"]
     if kind == "writer":
-        return with_cpu(broker.proc, lambda: client.writer(addr, topic, w["conns"], w["batch"], runfor))
+        return with_cpu(_pids(broker), lambda: client.writer(addr, topic, w["conns"], w["batch"], runfor))
     _channel(broker, topic)
     if kind == "mixed":
-        return with_cpu(broker.proc, lambda: client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor))
+        return with_cpu(_pids(broker), lambda: client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor))
     fill(addr, topic, backlog_size(runfor))
-    return with_cpu(broker.proc, lambda: _drain(broker, client, topic, w["conns"], runfor))
+    return with_cpu(_pids(broker), lambda: _drain(broker, client, topic, w["conns"], runfor))
 
 
 def backlog_size(runfor: float) -> int:

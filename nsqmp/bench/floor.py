@@ -144,8 +144,8 @@ def measure(runfor: float, conns: int = 1, client: Client | None = None, size: i
     client = client or OwnClient(size)
     server = Server()
     try:
-        pids = [server.proc.pid] if server.proc is not None else []  # the C server's
-        result = with_cpu(pids, lambda: client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor))
+        procs = {"floor": server.proc.pid} if server.proc is not None else {}  # the C server's
+        result = with_cpu(procs, lambda: client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor))
     finally:
         server.stop()
     return {**result, "server": server.kind, "memory_kib": {}}

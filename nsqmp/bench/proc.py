@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,24 +28,99 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def with_cpu(pids: list[int], run: Callable[[], dict]) -> dict:
-    """run()'s result with ``cpu_us_per_msg``: the CPU the server's processes (pids: a
-    broker's supervisor and roles) and the client processes used during it, per message
-    moved (published plus delivered). On a machine whose cores the two share, cores /
-    (broker + client) bounds the rate either broker can reach with that client: the
-    measurement behind "the limit is the machine". Without pids (a server in a forked
+def with_cpu(procs: dict[str, int], run: Callable[[], dict]) -> dict:
+    """run()'s result with ``cpu_us_per_msg``: the CPU the server's processes (procs: title
+    -> PID of a broker's supervisor and roles) and the client processes used during it, per
+    message moved (published plus delivered). On a machine whose cores the two share, cores
+    / (broker + client) bounds the rate either broker can reach with that client: the
+    measurement behind "the limit is the machine". And ``sched`` (see _sched): whether it
+    was the machine, or one thread of the server. Without procs (a server in a forked
     Python process), run()'s result as it is."""
-    if not pids:
+    if not procs:
         return run()
-    before = {p: cpu_seconds(p) for p in pids}
+    before = {p: cpu_seconds(p) for p in procs.values()}
     client0 = _children_cpu()
-    result = run()
+    threads0, machine0, t0 = thread_times(procs), machine_idle(), time.monotonic()
+    with _Sampler(procs) as sampler:  # threads that end before the run does keep their last look
+        result = run()
+    wall = time.monotonic() - t0
+    threads1, machine1 = sampler.seen, machine_idle()
     used = sum(cpu_seconds(p) - t for p, t in before.items())
     client = _children_cpu() - client0
     moved = _moved(result)
     if moved and used == used:  # NaN: a process of the broker died during the run
         result["cpu_us_per_msg"] = {"broker": round(used * 1e6 / moved, 2), "client": round(client * 1e6 / moved, 2)}
+        result["sched"] = _sched(threads0, threads1, machine0, machine1, wall)
     return result
+
+
+def thread_times(procs: dict[str, int]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each thread of the processes, by (name, tid), the name "<title>" for a main thread
+    and "<title> / <thread name>" for another: (ns it ran, ns it waited runnable for a
+    CPU), from /proc/<pid>/task/<tid>/schedstat. Threads that end meanwhile are left out."""
+    out = {}
+    for title, pid in procs.items():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in map(int, tids):
+            try:
+                ran, waited = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[:2]
+                name = title if tid == pid else \
+                    f"{title} / {Path(f'/proc/{pid}/task/{tid}/comm').read_text().strip()}"
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue
+            out[name, tid] = (int(ran), int(waited))
+    return out
+
+
+class _Sampler:
+    """thread_times(procs) looked at every quarter second from a thread of its own while
+    the block runs, and once more at its end: the latest figures of every thread seen."""
+
+    def __init__(self, procs: dict[str, int]) -> None:
+        self.procs = procs
+        self.seen: dict[tuple[str, int], tuple[int, int]] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sched-sampler", daemon=True)
+
+    def __enter__(self) -> "_Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+        self.seen.update(thread_times(self.procs))
+
+    def _run(self) -> None:
+        while not self._done.wait(0.25):
+            self.seen.update(thread_times(self.procs))
+
+
+def machine_idle() -> tuple[int, int]:
+    """(idle + iowait, all) clock ticks of every CPU since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks[:8])  # guest time is counted in user already
+
+
+def _sched(threads0: dict, threads1: dict, machine0: tuple[int, int], machine1: tuple[int, int],
+           wall: float) -> dict:
+    """What held the run back: the machine's idle share (of all its CPUs) and the server's
+    busiest thread (the one runnable longest), with the shares of the run it ran and it
+    waited for a CPU. A thread runnable nearly all the run while CPUs sat idle is the
+    limit itself (its work per message, and the CPUs its wake-ups put others on); a busy
+    machine with no such thread is the limit of the cores."""
+    idle = (machine1[0] - machine0[0]) / max(1, machine1[1] - machine0[1])
+    # a thread started during the run (a server's thread per connection) counts from 0
+    deltas = {n: (t[0] - threads0.get(n, (0, 0))[0], t[1] - threads0.get(n, (0, 0))[1]) for n, t in threads1.items()}
+    out: dict = {"idle": round(idle, 3)}
+    if deltas and wall > 0:
+        (name, _), (ran, waited) = max(deltas.items(), key=lambda kv: kv[1][0] + kv[1][1])
+        out.update(thread=name, ran=round(ran / 1e9 / wall, 3), waited=round(waited / 1e9 / wall, 3))
+    return out
 
 
 def _moved(result: dict) -> int:

@@ -79,12 +79,9 @@ def order(targets: list[Target], rep: int) -> list[Target]:
 
 
 def _processes(broker: Broker) -> dict[str, int]:
-    """Title -> PID of the broker's process ("supervisor"; nsqd's only one) and each child."""
-    return {"supervisor": broker.proc.pid, **broker.children()}  # type: ignore[union-attr]
-
-
-def _pids(broker: Broker) -> list[int]:
-    return list(_processes(broker).values())
+    """Title -> PID of the broker's process ("supervisor"; "nsqd", its only one) and each child."""
+    main = "nsqd" if isinstance(broker, Nsqd) else "supervisor"
+    return {main: broker.proc.pid, **broker.children()}  # type: ignore[union-attr]
 
 
 def memory(broker: Broker) -> dict[str, dict[str, int]]:
@@ -201,12 +198,12 @@ def _workload(broker: Broker, client: Client, w: dict, runfor: float) -> dict:
     """The client part of one run (the broker is up), with the CPU it cost (proc.with_cpu)."""
     addr, topic, kind = broker.tcp_address, w.get("topic", TOPIC), w["kind"]
     if kind == "writer":
-        return with_cpu(_pids(broker), lambda: client.writer(addr, topic, w["conns"], w["batch"], runfor))
+        return with_cpu(_processes(broker), lambda: client.writer(addr, topic, w["conns"], w["batch"], runfor))
     _channel(broker, topic)
     if kind == "mixed":
-        return with_cpu(_pids(broker), lambda: client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor))
+        return with_cpu(_processes(broker), lambda: client.mixed(addr, topic, CHANNEL, w["conns"], w["batch"], 2, runfor))
     fill(addr, topic, backlog_size(runfor))
-    return with_cpu(_pids(broker), lambda: _drain(broker, client, topic, w["conns"], runfor))
+    return with_cpu(_processes(broker), lambda: _drain(broker, client, topic, w["conns"], runfor))
 
 
 def backlog_size(runfor: float) -> int:

@@ -85,6 +85,7 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
             lines.append(f"| {row} | " + " | ".join(cells) + f" | {spread} |")
     lines += _distances(chosen, summary, labels)
     lines += _cpu(chosen, runs, labels)
+    lines += _held_back(chosen, runs, labels)
     failed = [r for r in runs if "error" in r]
     if failed:
         lines += ["", "Failed runs:", ""] + [f"- rep {r['rep']}, {r['workload']}: {r['error']} ({r['target']})"
@@ -157,4 +158,37 @@ def _cpu(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
     return ["", f"CPU per message moved (published + delivered), microseconds, medians: broker (all its "
                 f"processes) / client (the bench tools), and in brackets the rate both together allow on "
                 f"this machine's {cores} cores, cores / (broker + client):", "",
+            "| workload | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"] + rows
+
+
+def _held_back(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
+    """What held each run back (proc._sched, medians): the machine's idle share, and the
+    server's thread that was runnable longest, with the shares of the run it ran and it
+    waited for a CPU. That thread is named as most runs found it."""
+    rows = []
+    for w in chosen:
+        mine = [r for r in runs if r["workload"] == w["name"] and "sched" in r]
+        cells = []
+        for lb in labels:
+            per = [r["sched"] for r in mine if r["target"] == lb or w["kind"] == "floor"]
+            if not per:
+                cells.append("")
+                continue
+            idle = statistics.median(p["idle"] for p in per)
+            names = [p["thread"] for p in per if "thread" in p]
+            cell = f"idle {idle:.0%}"
+            if names:
+                name = statistics.mode(names)
+                ran = statistics.median(p["ran"] for p in per if p.get("thread") == name)
+                waited = statistics.median(p["waited"] for p in per if p.get("thread") == name)
+                cell += f"; {name.removeprefix('nsqmp ')} ran {ran:.0%}, waited {waited:.0%}"
+            cells.append(cell)
+        if any(cells):
+            rows.append(f"| {w['name']} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "What held the runs back (medians): the share of the run the machine's CPUs sat idle, "
+                "and the server's thread that was runnable longest, with the shares of the run it "
+                "ran and it waited for a CPU (/proc/<pid>/task/<tid>/schedstat). A thread runnable "
+                "nearly throughout while CPUs sat idle is the limit; a machine with no idle time is.", "",
             "| workload | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"] + rows

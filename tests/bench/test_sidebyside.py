@@ -43,10 +43,22 @@ def suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict
 
 
 def row(stdout: str, name: str, table: str = "rates") -> list[str]:
-    """The cells of the row for name in the rates table, or (table="cpu") in the CPU table."""
-    rates, _, cpu = stdout.partition("CPU per message moved")
-    (line,) = [ln for ln in (cpu if table == "cpu" else rates).splitlines() if ln.startswith(f"| {name} |")]
+    """The cells of the row for name in the rates table, or (table="cpu") in the CPU table,
+    or (table="held") in the table of what held the runs back."""
+    rates, _, rest = stdout.partition("CPU per message moved")
+    cpu, _, held = rest.partition("What held the runs back")
+    text = {"rates": rates, "cpu": cpu, "held": held}[table]
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |")]
     return [c.strip() for c in line.strip("|").split("|")]
+
+
+def held_cell(cell: str) -> None:
+    """`idle N%; <thread> ran N%, waited N%`, the shares between 0 and 100."""
+    idle, _, thread = cell.partition("; ")
+    assert idle.startswith("idle ") and 0 <= int(idle[5:].rstrip("%")) <= 100, cell
+    name, _, shares = thread.rpartition(" ran ")
+    ran, _, waited = shares.partition(", waited ")
+    assert name and 0 <= int(ran.rstrip("%")) <= 105 and 0 <= int(waited.rstrip("%")) <= 100, cell
 
 
 @pytest.mark.slow
@@ -73,6 +85,8 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
         for cell in row(proc.stdout, name, "cpu")[1:]:
             broker_us, slash, client_us, allowed = cell.split(" ")
             assert float(broker_us) > 0 and slash == "/" and float(client_us) >= 0 and allowed.startswith("("), cell
+        for cell in row(proc.stdout, name, "held")[1:]:  # what held the runs back
+            held_cell(cell)
     pub = [(r["rep"], r["position"], r["target"]) for r in raw["runs"] if r["workload"] == "writer PUB, 1 conn"]
     assert pub == [(1, 0, "nsqd"), (1, 1, "nsqmp"), (2, 0, "nsqmp"), (2, 1, "nsqd")]
     readers = [r for r in raw["runs"] if r["workload"] == "reader, 2 conns, draining"]
@@ -92,6 +106,10 @@ def test_without_nsqd_it_says_so_and_a_baseline_is_a_third_broker(tmp_path):
     order = [(r["rep"], r["target"]) for r in raw["runs"]]
     assert order == [(1, "nsqmp"), (1, "baseline"), (2, "baseline"), (2, "nsqmp")]
     assert [r["msgs_per_sec"] > 0 for r in raw["writer MPUB 200, 1 conn"]] == [True, True]
+    nsqmp_cell, baseline_cell = row(proc.stdout, "writer MPUB 200, 1 conn", "held")[1:]
+    held_cell(nsqmp_cell)
+    held_cell(baseline_cell)
+    assert "acceptor" in nsqmp_cell  # a publisher's acceptor: the broker's busiest thread
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["C", "Python fallback"])

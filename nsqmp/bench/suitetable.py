@@ -133,62 +133,62 @@ def _distances(chosen: list[dict], summary: dict, labels: list[str]) -> list[str
         if out else []
 
 
+def _per_run_table(chosen: list[dict], runs: list[dict], labels: list[str], key: str,
+                   cell: Callable[[list[dict]], str], heading: str) -> list[str]:
+    """A table of one cell per workload and broker, made by cell() from the runs' `key`
+    entries (the floor's one server's runs in every column, as in the rates table); no
+    lines if no run has the key."""
+    rows = []
+    for w in chosen:
+        mine = [r for r in runs if r["workload"] == w["name"] and key in r]
+        cells = []
+        for lb in labels:
+            per = [r[key] for r in mine if r["target"] == lb or w["kind"] == "floor"]
+            cells.append(cell(per) if per else "")
+        if any(cells):
+            rows.append(f"| {w['name']} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", heading, "", "| workload | " + " | ".join(labels) + " |",
+            "|---" * (len(labels) + 1) + "|"] + rows
+
+
 def _cpu(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
     """CPU per message moved, broker and client (medians), and the rate they allow on this
     machine's cores: where the client and the broker share the cores, no broker passes
     cores / (its CPU + its client's) per message, whatever its code."""
     cores = os.cpu_count() or 1
-    rows = []
-    for w in chosen:
-        mine = [r for r in runs if r["workload"] == w["name"] and "cpu_us_per_msg" in r]
-        cells = []
-        for lb in labels:
-            # the floor's one server bounds every column, as in the rates table
-            per = [r["cpu_us_per_msg"] for r in mine if r["target"] == lb or w["kind"] == "floor"]
-            if not per:
-                cells.append("")
-                continue
-            b = statistics.median(p["broker"] for p in per)
-            c = statistics.median(p["client"] for p in per)
-            cells.append(f"{b:.2f} / {c:.2f} ({short(cores * 1e6 / (b + c))})" if b + c > 0 else "")
-        if any(cells):
-            rows.append(f"| {w['name']} | " + " | ".join(cells) + " |")
-    if not rows:
-        return []
-    return ["", f"CPU per message moved (published + delivered), microseconds, medians: broker (all its "
-                f"processes) / client (the bench tools), and in brackets the rate both together allow on "
-                f"this machine's {cores} cores, cores / (broker + client):", "",
-            "| workload | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"] + rows
+
+    def cell(per: list[dict]) -> str:
+        b = statistics.median(p["broker"] for p in per)
+        c = statistics.median(p["client"] for p in per)
+        return f"{b:.2f} / {c:.2f} ({short(cores * 1e6 / (b + c))})" if b + c > 0 else ""
+
+    return _per_run_table(
+        chosen, runs, labels, "cpu_us_per_msg", cell,
+        f"CPU per message moved (published + delivered), microseconds, medians: broker (all its "
+        f"processes) / client (the bench tools), and in brackets the rate both together allow on "
+        f"this machine's {cores} cores, cores / (broker + client):")
 
 
 def _held_back(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
     """What held each run back (proc._sched, medians): the machine's idle share, and the
     server's thread that was runnable longest, with the shares of the run it ran and it
     waited for a CPU. That thread is named as most runs found it."""
-    rows = []
-    for w in chosen:
-        mine = [r for r in runs if r["workload"] == w["name"] and "sched" in r]
-        cells = []
-        for lb in labels:
-            per = [r["sched"] for r in mine if r["target"] == lb or w["kind"] == "floor"]
-            if not per:
-                cells.append("")
-                continue
-            idle = statistics.median(p["idle"] for p in per)
-            names = [p["thread"] for p in per if "thread" in p]
-            cell = f"idle {idle:.0%}"
-            if names:
-                name = statistics.mode(names)
-                ran = statistics.median(p["ran"] for p in per if p.get("thread") == name)
-                waited = statistics.median(p["waited"] for p in per if p.get("thread") == name)
-                cell += f"; {name.removeprefix('nsqmp ')} ran {ran:.0%}, waited {waited:.0%}"
-            cells.append(cell)
-        if any(cells):
-            rows.append(f"| {w['name']} | " + " | ".join(cells) + " |")
-    if not rows:
-        return []
-    return ["", "What held the runs back (medians): the share of the run the machine's CPUs sat idle, "
-                "and the server's thread that was runnable longest, with the shares of the run it "
-                "ran and it waited for a CPU (/proc/<pid>/task/<tid>/schedstat). A thread runnable "
-                "nearly throughout while CPUs sat idle is the limit; a machine with no idle time is.", "",
-            "| workload | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"] + rows
+
+    def cell(per: list[dict]) -> str:
+        idle = statistics.median(p["idle"] for p in per)
+        names = [p["thread"] for p in per if "thread" in p]
+        if not names:
+            return f"idle {idle:.0%}"
+        name = statistics.mode(names)
+        ran = statistics.median(p["ran"] for p in per if p.get("thread") == name)
+        waited = statistics.median(p["waited"] for p in per if p.get("thread") == name)
+        return f"idle {idle:.0%}; {name.removeprefix('nsqmp ')} ran {ran:.0%}, waited {waited:.0%}"
+
+    return _per_run_table(
+        chosen, runs, labels, "sched", cell,
+        "What held the runs back (medians): the share of the run the machine's CPUs sat idle, "
+        "and the server's thread that was runnable longest, with the shares of the run it "
+        "ran and it waited for a CPU (/proc/<pid>/task/<tid>/schedstat). A thread runnable "
+        "nearly throughout while CPUs sat idle is the limit; a machine with no idle time is.")

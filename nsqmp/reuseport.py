@@ -2,7 +2,7 @@
 
 Shared by the supervisor, which chooses (nsqmp/supervisor/steering.py), and the
 acceptors, which hand new connections back to the kernel's hash at once when they hold
-PACK_MAX_CONNECTIONS. The program is classic BPF, one instruction: return the index of
+PACK_MAX_CONNECTIONS or took STORM_CONNECTIONS in a burst. The program is classic BPF, one instruction: return the index of
 the socket in the group (in the order the sockets started listening); an index past the
 group's end makes the kernel fall back to its hash. A program attached through any
 socket of the group applies to the whole group.
@@ -19,6 +19,12 @@ _BPF_RET_K = 0x06  # BPF_RET | BPF_K: return the constant k
 # (every client of a restarted broker, within one of the supervisor's readings) spreads
 # past it at once instead of all landing on one acceptor
 PACK_MAX_CONNECTIONS = 64
+# Nor one that took this many within STORM_SECONDS (the supervisor's shortest reading):
+# a burst of clients (a restart, a deploy of many consumers) lands on one acceptor at
+# most this deep before the kernel's hash spreads the rest, however few it holds in all.
+# Above the 6 connections of `make bench`'s busiest row, which one acceptor serves best.
+STORM_CONNECTIONS = 8
+STORM_SECONDS = 0.2
 
 
 class _SockFilter(ctypes.Structure):

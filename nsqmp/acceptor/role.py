@@ -8,6 +8,7 @@ import os
 import ssl
 import socket
 import time
+from collections import deque
 from functools import partial
 
 from nsqmp.acceptor.auth import AuthClient
@@ -23,7 +24,7 @@ from nsqmp.busypoll import BusyPoll, CpuPressure
 from nsqmp.ipc import records
 from nsqmp.protocol.errors import ClientError, FatalClientError
 from nsqmp.protocol.parser import Parser
-from nsqmp.reuseport import PACK_MAX_CONNECTIONS, attach_index
+from nsqmp.reuseport import PACK_MAX_CONNECTIONS, STORM_CONNECTIONS, STORM_SECONDS, attach_index
 from nsqmp.roles import Role
 
 _STATS_TIMEOUT = 5.0
@@ -75,6 +76,7 @@ class Acceptor(Role):
         self.http_sock = http_sock
         self.https_sock = https_sock
         self.connections: dict[int, V2Connection] = {}
+        self._arrivals: deque[float] = deque(maxlen=STORM_CONNECTIONS)  # when the latest TCP clients came
         self._ok_noted = 0.0
         self.hostname = socket.gethostname()
         self.start_time = run_start_time(plan.run_pid)
@@ -179,12 +181,20 @@ class Acceptor(Role):
 
     def attach(self, conn: V2Connection) -> None:
         """Records for conn's ID reach it from now on. The supervisor's steering reads the
-        count; at PACK_MAX_CONNECTIONS a packed acceptor sends new connections to the
-        kernel's hash itself, before the supervisor's next look (a reconnection storm)."""
+        count. A packed acceptor sends new connections to the kernel's hash itself, before
+        the supervisor's next look, when it holds PACK_MAX_CONNECTIONS or took
+        STORM_CONNECTIONS within STORM_SECONDS (a reconnection storm); the supervisor
+        attaches its own choice again at its next look."""
         self.connections[conn.conn] = conn
         count = len(self.connections)
         self.control.set_connections(self.slot, count)
-        if count == PACK_MAX_CONNECTIONS and self.opts.acceptor_steering == "pack" and self.plan.acceptors > 1:
+        if self.opts.acceptor_steering != "pack" or self.plan.acceptors < 2:
+            return
+        now = time.monotonic()
+        arrivals = self._arrivals
+        arrivals.append(now)
+        if count == PACK_MAX_CONNECTIONS or (len(arrivals) == STORM_CONNECTIONS
+                                             and now - arrivals[0] < STORM_SECONDS):
             try:
                 attach_index(self.tcp_sock, self.plan.acceptors)  # past the group's end: the hash
             except OSError:

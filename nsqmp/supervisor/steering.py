@@ -20,10 +20,13 @@ group keeps them in slot order and socket i is acceptor i's for good. A dead acc
 skipped until its successor is ready, and a stuck one until it beats again, so new
 clients do not wait in their backlog.
 
-An acceptor holding ``PACK_MAX_CONNECTIONS`` (64) counts as busy too, and hands new
-connections to the kernel's hash itself the moment it takes its 64th (nsqmp/reuseport.py),
-so a reconnection storm (every client of a restarted broker, within one of the
-supervisor's readings) does not land whole on one acceptor. Established connections
+An acceptor holding ``PACK_MAX_CONNECTIONS`` (64), or that took ``STORM_CONNECTIONS``
+(8) since the last reading at a storm's rate (8 per ``STORM_SECONDS``), counts as busy
+too; and it hands new connections to the
+kernel's hash itself the moment it takes its 64th, or its 8th within ``STORM_SECONDS``
+(nsqmp/reuseport.py), so a reconnection storm (every client of a restarted broker,
+within one of the supervisor's readings) does not land whole on one acceptor. The
+supervisor attaches its choice again at every reading, which ends such a hand-over. Established connections
 never move. ``--acceptor-steering spread`` keeps the kernel's hash. HTTP connections, short
 and stateless, are always hashed.
 """
@@ -33,7 +36,7 @@ import logging
 import socket
 
 from nsqmp.metrics.procfs import cpu_and_rss
-from nsqmp.reuseport import PACK_MAX_CONNECTIONS, attach_index
+from nsqmp.reuseport import PACK_MAX_CONNECTIONS, STORM_CONNECTIONS, STORM_SECONDS, attach_index
 
 log = logging.getLogger("nsqmp.supervisor")
 
@@ -54,6 +57,7 @@ class Steering:
         self._seen: dict[int, tuple[float, float]] = {}  # pid -> (CPU seconds, at) of the last reading
         self.enabled = True
         self._at = float("-inf")  # when the shares were last read
+        self._conns: dict[int, int] = {}  # acceptor -> the connections it held at the last reading
 
     def start(self) -> None:
         """Before the acceptors start: the first connections wait for acceptor 0."""
@@ -61,10 +65,14 @@ class Steering:
 
     def update(self, pids: list[int], now: float, conns: list[int] | None = None) -> None:
         """One supervisor tick: pids[i] is acceptor i's process, 0 while it is not ready,
-        conns[i] the connections it holds. Re-attaches the program only when the choice
-        changes."""
+        conns[i] the connections it holds. Attaches the program at every reading, changed
+        or not: an acceptor may have handed new connections to the hash meanwhile (a
+        storm), and this reading takes the choice back."""
         if not self.enabled or now - self._at < MIN_INTERVAL:
             return  # CPU time moves in 10 ms ticks: a share needs a longer interval
+        # new connections since the last reading that make a storm: STORM_CONNECTIONS at
+        # least, at STORM_CONNECTIONS per STORM_SECONDS or faster (readings may come later)
+        storm = max(STORM_CONNECTIONS, STORM_CONNECTIONS * (now - self._at) / STORM_SECONDS)
         self._at = now
         target = self.acceptors  # past the end: the kernel's hash
         seen: dict[int, tuple[float, float]] = {}
@@ -76,13 +84,14 @@ class Steering:
             seen[pid] = (cpu, now)
             last = self._seen.get(pid)
             busy = last is not None and now > last[1] and (cpu - last[0]) / (now - last[1]) >= BUSY_SHARE
-            if conns is not None and conns[i] >= PACK_MAX_CONNECTIONS:
-                busy = True
+            if conns is not None:
+                # full, or in a storm since the last reading
+                busy = busy or conns[i] >= PACK_MAX_CONNECTIONS or conns[i] - self._conns.get(i, conns[i]) >= storm
             if not busy and target == self.acceptors:
                 target = i
         self._seen = seen
-        if target != self.target:
-            self._attach(target)
+        self._conns = dict(enumerate(conns)) if conns is not None else {}
+        self._attach(target)
 
     def _attach(self, target: int) -> None:
         try:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from nsqmp.client.sync import Connection
-from nsqmp.reuseport import PACK_MAX_CONNECTIONS
+from nsqmp.reuseport import PACK_MAX_CONNECTIONS, STORM_CONNECTIONS, STORM_SECONDS, attach_index
 from nsqmp.supervisor.steering import MIN_INTERVAL, Steering
 from tests.harness import wait_for
 
@@ -87,18 +87,48 @@ def test_a_stuck_acceptor_gets_no_new_connections_until_it_beats_again(make_brok
 
 
 def test_an_acceptor_full_of_connections_passes_new_ones_on_at_once(make_broker):
-    """A reconnection storm: PACK_MAX_CONNECTIONS + 16 consumers connecting back to back,
-    faster than the supervisor looks. The acceptor that took its PACK_MAX_CONNECTIONS-th
-    hands the next to the kernel's hash itself, and the supervisor, once it looks, to the
-    next acceptor: acceptor 1 gets some of them, acceptor 0 not all."""
+    """PACK_MAX_CONNECTIONS + 16 consumers connecting one after another, slower than a
+    storm (STORM_CONNECTIONS within STORM_SECONDS). The acceptor that took its
+    PACK_MAX_CONNECTIONS-th hands the next to the kernel's hash itself, and the
+    supervisor, once it looks, to the next acceptor: acceptor 1 gets some of them,
+    acceptor 0 not all."""
     broker = make_broker("--acceptors", "2")
     conns = []
+    pace = 2 * STORM_SECONDS / STORM_CONNECTIONS  # half a storm's rate
     try:
         for _ in range(PACK_MAX_CONNECTIONS + 16):
+            started = time.monotonic()
             conns.append(_consumer(broker, "storm", "ch"))
+            time.sleep(max(0.0, pace - (time.monotonic() - started)))
         where = _acceptors_of(broker, conns, "storm", "ch")
         assert where[:PACK_MAX_CONNECTIONS] == [0] * PACK_MAX_CONNECTIONS
         assert 1 in where[PACK_MAX_CONNECTIONS:], where[PACK_MAX_CONNECTIONS:]
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_a_burst_of_connections_lands_on_one_acceptor_only_so_deep(make_broker):
+    """A burst (every consumer of a deploy starting at once): the first acceptor takes
+    STORM_CONNECTIONS of it, then hands the rest to the kernel's hash itself, and the
+    supervisor, once it looks, to the next acceptor. Afterwards new connections are
+    packed onto the first again."""
+    broker = make_broker("--acceptors", "2")
+    conns = []
+    try:
+        # back to back, each answered before the next (a few ms each): a burst, but each
+        # one accepted before the next arrives (in a burst faster than the acceptor takes
+        # connections, the kernel queues them all to its socket before it can react)
+        for _ in range(3 * STORM_CONNECTIONS):
+            conns.append(_consumer(broker, "burst", "ch"))
+        where = _acceptors_of(broker, conns, "burst", "ch")
+        assert where[:STORM_CONNECTIONS] == [0] * STORM_CONNECTIONS, where
+        assert where.count(1) > 0, where
+        # the storm is over: the supervisor's next looks pack new connections again
+        time.sleep(1.0)
+        late = [_consumer(broker, "burst", "late") for _ in range(3)]
+        conns += late
+        assert _acceptors_of(broker, late, "burst", "late") == [0, 0, 0]
     finally:
         for c in conns:
             c.close()
@@ -164,6 +194,14 @@ def test_a_busy_acceptor_passes_new_connections_to_the_next_then_to_the_hash():
         assert steered([0, idle.pid], 1)
         assert steered([idle.pid, idle.pid], 1, [PACK_MAX_CONNECTIONS, 3])
         assert steered([idle.pid, idle.pid], 0, [PACK_MAX_CONNECTIONS - 1, 3])
+        # and one in a storm (here 16 new connections in a quarter second), for that reading
+        assert steered([idle.pid, idle.pid], 0, [2, 3])
+        assert steered([idle.pid, idle.pid], 1, [2 + 2 * STORM_CONNECTIONS, 3])
+        assert steered([idle.pid, idle.pid], 0, [2 + 2 * STORM_CONNECTIONS, 3])
+        # the hash attached by someone else (an acceptor in a storm) lasts until the next reading
+        attach_index(socks[0], 2)
+        assert steered([idle.pid, idle.pid], 0, [2 + 2 * STORM_CONNECTIONS, 3])
+        assert [_taker(socks) for _ in range(6)] == [0] * 6
     finally:
         for p in (spin, idle):
             p.kill()

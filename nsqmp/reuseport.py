@@ -2,9 +2,9 @@
 
 Shared by the supervisor, which chooses (nsqmp/supervisor/steering.py), and the
 acceptors, which hand new connections back to the kernel's hash at once when they hold
-PACK_MAX_CONNECTIONS or took STORM_CONNECTIONS in a burst. The program is classic BPF, one instruction: return the index of
-the socket in the group (in the order the sockets started listening); an index past the
-group's end makes the kernel fall back to its hash. A program attached through any
+PACK_MAX_CONNECTIONS or took STORM_CONNECTIONS in a burst. The program is classic BPF,
+one instruction: return the index of the socket in the group (in the order the sockets
+started listening); an index past the group's end makes the kernel fall back to its hash. A program attached through any
 socket of the group applies to the whole group.
 """
 from __future__ import annotations

@@ -12,9 +12,10 @@ the reader on 2 connections 770-840k/s against 660-680k, mixed out 560-620k agai
 So the supervisor steers (``--acceptor-steering pack``, the default): new connections go
 to the first acceptor, in slot order, that is ready, beat within the last second, and
 used less than ``BUSY_SHARE`` of a core over the last quarter second; once every one is
-that busy, the kernel's hash spreads them again. The decision is a one-instruction classic BPF program attached to the TCP
-listening group (SO_ATTACH_REUSEPORT_CBPF), returning the index of the chosen socket in
-the group; an index past the group's end makes the kernel fall back to its hash. The
+that busy, the kernel's hash spreads them again. The decision is a one-instruction
+classic BPF program attached to the TCP listening group (SO_ATTACH_REUSEPORT_CBPF),
+returning the index of the chosen socket in the group; an index past the group's end
+makes the kernel fall back to its hash. The
 supervisor holds every listening socket for the broker's life (listeners.py), so the
 group keeps them in slot order and socket i is acceptor i's for good. A dead acceptor is
 skipped until its successor is ready, and a stuck one until it beats again, so new
@@ -22,13 +23,13 @@ clients do not wait in their backlog.
 
 An acceptor holding ``PACK_MAX_CONNECTIONS`` (64), or that took ``STORM_CONNECTIONS``
 (8) since the last reading at a storm's rate (8 per ``STORM_SECONDS``), counts as busy
-too; and it hands new connections to the
-kernel's hash itself the moment it takes its 64th, or its 8th within ``STORM_SECONDS``
-(nsqmp/reuseport.py), so a reconnection storm (every client of a restarted broker,
-within one of the supervisor's readings) does not land whole on one acceptor. The
-supervisor attaches its choice again at every reading, which ends such a hand-over. Established connections
-never move. ``--acceptor-steering spread`` keeps the kernel's hash. HTTP connections, short
-and stateless, are always hashed.
+too; and it hands new connections to the kernel's hash itself the moment it takes its
+64th, or its 8th within ``STORM_SECONDS`` (nsqmp/reuseport.py), so a reconnection storm
+(every client of a restarted broker, within one of the supervisor's readings) does not
+land whole on one acceptor. The supervisor attaches its choice again at every reading,
+which ends such a hand-over. Established connections never move. ``--acceptor-steering
+spread`` keeps the kernel's hash. HTTP connections, short and stateless, are always
+hashed.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class Steering:
         self.sock = sock
         self.acceptors = acceptors
         self.target = -1  # the index the attached program returns; -1: none attached yet
-        self._seen: dict[int, tuple[float, float]] = {}  # pid -> (CPU seconds, at) of the last reading
+        self._seen: dict[int, float] = {}  # pid -> its CPU seconds at the last reading
         self.enabled = True
         self._at = float("-inf")  # when the shares were last read
         self._conns: dict[int, int] = {}  # acceptor -> the connections it held at the last reading
@@ -70,20 +71,19 @@ class Steering:
         storm), and this reading takes the choice back."""
         if not self.enabled or now - self._at < MIN_INTERVAL:
             return  # CPU time moves in 10 ms ticks: a share needs a longer interval
+        interval, self._at = now - self._at, now  # at least MIN_INTERVAL (inf at the first)
         # new connections since the last reading that make a storm: STORM_CONNECTIONS at
         # least, at STORM_CONNECTIONS per STORM_SECONDS or faster (readings may come later)
-        storm = max(STORM_CONNECTIONS, STORM_CONNECTIONS * (now - self._at) / STORM_SECONDS)
-        self._at = now
+        storm = max(STORM_CONNECTIONS, STORM_CONNECTIONS * interval / STORM_SECONDS)
         target = self.acceptors  # past the end: the kernel's hash
-        seen: dict[int, tuple[float, float]] = {}
+        seen: dict[int, float] = {}
         for i, pid in enumerate(pids):
             if not pid:
                 continue
             usage = cpu_and_rss(pid)
-            cpu = usage[0] if usage is not None else 0.0
-            seen[pid] = (cpu, now)
-            last = self._seen.get(pid)
-            busy = last is not None and now > last[1] and (cpu - last[0]) / (now - last[1]) >= BUSY_SHARE
+            cpu = seen[pid] = usage[0] if usage is not None else 0.0
+            last = self._seen.get(pid)  # None: not ready at the last reading (no share yet)
+            busy = last is not None and (cpu - last) / interval >= BUSY_SHARE
             if conns is not None:
                 # full, or in a storm since the last reading
                 busy = busy or conns[i] >= PACK_MAX_CONNECTIONS or conns[i] - self._conns.get(i, conns[i]) >= storm

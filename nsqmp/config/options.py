@@ -1064,8 +1064,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "acceptor-steering", STR, "pack",
         "Which acceptor a new TCP connection goes to. pack: the first running acceptor that "
-        "used less than 80% of a core over the last quarter second and holds fewer than 64 "
-        "connections (fewer processes wake on a machine whose cores the clients share: "
+        "used less than 80% of a core over the last quarter second, holds fewer than 64 "
+        "connections and did not take 8 within the last 0.2 s (fewer processes wake on a machine whose cores the clients share: "
         "one-message publishes and consumers under load gain, heavy MPUB publishers on few "
         "connections lose, docs/tuning.md); once all are that busy, the kernel's hash. "
         "spread: always the kernel's hash (SO_REUSEPORT). Established connections never "

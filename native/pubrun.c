@@ -26,11 +26,14 @@
  * encoded as publish.h's nqe_encode does, attempts 0) stamped ts_ns, with the
  * id of nsqmp/protocol/ids.py's generator: the state (ms, seq) is passed in
  * and the new one returned, one id per message (a run never waits: past 4096
- * in a millisecond it borrows the next, as next_block does).  The records are
- * written with one pwrite at file_pos (no mapping: see nsqmp/diskqueue/
- * segment.py for pwrite against a shared mapping).  A failed write raises
- * OSError and nothing counts as written (the caller gives the commands to the
- * general path, which answers the error).
+ * in a millisecond it borrows the next, as next_block does).  The records of
+ * a run of at most PR_MAPPED_MAX bytes are copied into `window` at window_pos
+ * (a shared mapping of the file at file_pos, made by the segment writer), with
+ * no system call; a longer run, or one past the window's end, is written with
+ * one pwrite at file_pos.  nsqmp/diskqueue/segment.py gives the measurements
+ * behind the split.  A failed write raises OSError and nothing counts as
+ * written (the caller gives the commands to the general path, which answers
+ * the error).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,6 +47,7 @@
 #define PR_EPOCH_MS 1288834974657LL  /* nsqmp/protocol/ids.py's _EPOCH_MS (Twitter's) */
 #define PR_SEQ_MAX 0x1000            /* ids per millisecond */
 #define PR_MAX_OUT (1u << 20)        /* bytes encoded per call at most (the kept scratch buffer too) */
+#define PR_MAPPED_MAX 4096           /* a run's records copied into the window at most (else pwrite) */
 
 /* why pub_run stopped */
 #define PR_END 0    /* the buffer ends after the last command taken */
@@ -210,9 +214,12 @@ write_all(int fd, const uint8_t *p, size_t n, int64_t at)
 }
 
 PyDoc_STRVAR(pub_run_doc,
-"pub_run(buf, pos, topic, fd, file_pos, room, max_msg_size, max_body_size, ts_ns, node, ms, seq, /)\n--\n\n"
-"Take the PUB/MPUB commands for topic from buf[pos:], append their segment records to\n"
-"fd at file_pos (at most room bytes) with one pwrite; returns\n"
+"pub_run(buf, pos, topic, fd, file_pos, room, max_msg_size, max_body_size, ts_ns, node, ms, seq,\n"
+"        window=None, window_pos=0, /)\n--\n\n"
+"Take the PUB/MPUB commands for topic from buf[pos:] and append their segment records to\n"
+"fd at file_pos (at most room bytes): copied into window (a writable mapping of the file)\n"
+"at window_pos when they are at most PUB_RUN_MAPPED_MAX bytes and fit, else with one\n"
+"pwrite; returns\n"
 "(end, commands, messages, written, ms, seq, status): where the first command not taken\n"
 "starts, how many commands and messages were taken, the bytes written, the id\n"
 "generator's new (ms, seq), and why it stopped (PUB_RUN_END, _MORE, _OTHER, _ROOM).\n"
@@ -221,10 +228,12 @@ PyDoc_STRVAR(pub_run_doc,
 static PyObject *
 py_pub_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "pub_run() takes exactly 12 positional arguments");
+    if (nargs != 12 && nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "pub_run() takes 12 or 14 positional arguments");
         return NULL;
     }
+    PyObject *window = nargs == 14 ? args[12] : Py_None;
+    Py_ssize_t window_pos = nargs == 14 ? PyLong_AsSsize_t(args[13]) : 0;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     long long fd = PyLong_AsLongLong(args[3]);
     long long file_pos = PyLong_AsLongLong(args[4]);
@@ -244,10 +253,19 @@ py_pub_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&buf);
         return NULL;
     }
-    if (pos < 0 || pos > buf.len || topic.len < 1) {
+    Py_buffer win;
+    int have_win = window != Py_None;
+    if (have_win && PyObject_GetBuffer(window, &win, PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&topic);
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "pos outside the buffer, or an empty topic");
+        return NULL;
+    }
+    if (pos < 0 || pos > buf.len || topic.len < 1 || (have_win && (window_pos < 0 || window_pos > win.len))) {
+        if (have_win)
+            PyBuffer_Release(&win);
+        PyBuffer_Release(&topic);
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "pos outside the buffer, window_pos outside the window, or an empty topic");
         return NULL;
     }
     static Run r;  /* its buffer is kept between calls (single-threaded under the GIL) */
@@ -276,8 +294,12 @@ py_pub_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
     int failed = 0;
     /* the GIL is kept: a write into the page cache takes microseconds, and the static
      * Run must not be entered again meanwhile */
-    if (r.len && fd >= 0)
+    if (r.len && have_win && r.len <= PR_MAPPED_MAX && r.len <= (size_t)(win.len - window_pos))
+        memcpy((uint8_t *)win.buf + window_pos, r.out, r.len);
+    else if (r.len && fd >= 0)
         failed = write_all((int)fd, r.out, r.len, file_pos);
+    if (have_win)
+        PyBuffer_Release(&win);
     PyBuffer_Release(&topic);
     PyBuffer_Release(&buf);
     if (failed)
@@ -299,6 +321,8 @@ nsqmp_pubrun_add(PyObject *module)
     if (PyModule_AddIntConstant(module, "PUB_RUN_END", PR_END) < 0 ||
         PyModule_AddIntConstant(module, "PUB_RUN_MORE", PR_MORE) < 0 ||
         PyModule_AddIntConstant(module, "PUB_RUN_OTHER", PR_OTHER) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "PUB_RUN_MAPPED_MAX", PR_MAPPED_MAX) < 0)
         return -1;
     return PyModule_AddIntConstant(module, "PUB_RUN_ROOM", PR_ROOM);
 }

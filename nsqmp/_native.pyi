@@ -96,12 +96,15 @@ PUB_RUN_END: int
 PUB_RUN_MORE: int
 PUB_RUN_OTHER: int
 PUB_RUN_ROOM: int
+PUB_RUN_MAPPED_MAX: int
 
 def pub_run(
     buf: Buffer, pos: int, topic: Buffer, fd: int, file_pos: int, room: int, max_msg_size: int,
-    max_body_size: int, ts_ns: int, node: int, ms: int, seq: int, /
+    max_body_size: int, ts_ns: int, node: int, ms: int, seq: int,
+    window: Buffer | None = None, window_pos: int = 0, /
 ) -> tuple[int, int, int, int, int, int, int]:
-    """The PUB/MPUBs for topic at buf[pos:] appended to fd at file_pos with one pwrite:
+    """The PUB/MPUBs for topic at buf[pos:] appended to fd at file_pos: copied into window
+    (the file's mapping) at window_pos if small, else one pwrite:
     (end, commands, messages, written, ms, seq, status); see native/pubrun.c."""
 
 class Message:

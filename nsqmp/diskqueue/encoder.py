@@ -15,13 +15,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nsqmp.diskqueue.pubrun import PUB_RUN_MAPPED_MAX
 from nsqmp.diskqueue.pubrun import pub_run as py_pub_run
 from nsqmp.diskqueue.pyencoder import SPAN
 from nsqmp.diskqueue.pyencoder import crc32c as py_crc32c
 from nsqmp.diskqueue.pyencoder import encode_records as py_encode_records
 from nsqmp.diskqueue.pyencoder import records_size as py_records_size
 
-__all__ = ["SPAN", "crc32c", "encode_records", "pub_run", "records_size", "spans_of"]
+__all__ = ["PUB_RUN_MAPPED_MAX", "SPAN", "crc32c", "encode_records", "pub_run", "records_size", "spans_of"]
 
 native_crc32c: Any
 native_records_size: Any

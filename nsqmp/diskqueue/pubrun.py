@@ -2,11 +2,12 @@
 a segment file in one call (the reference; same API, same bytes, same stops).
 
 ``pub_run(buf, pos, topic, fd, file_pos, room, max_msg_size, max_body_size, ts_ns, node,
-ms, seq)`` takes, from ``buf[pos:]``, the commands ``PUB <topic>\\n`` and ``MPUB <topic>\\n``
+ms, seq, window=None, window_pos=0)`` takes, from ``buf[pos:]``, the commands ``PUB <topic>\\n`` and ``MPUB <topic>\\n``
 that the general parse loop would answer OK, encodes one segment record per message
 (stamped ts_ns, ids from the generator state (ms, seq) of nsqmp/protocol/ids.py, one per
-message) and writes them at ``file_pos`` of ``fd`` (``fd < 0``: nothing is written) with
-one pwrite. It stops before the first command that is not of that form, is incomplete,
+message) and writes them at ``file_pos`` of ``fd``: copied into ``window`` (a writable
+mapping of the file) at ``window_pos`` when they are at most PUB_RUN_MAPPED_MAX bytes and
+fit, else with one pwrite (``fd < 0``: not written). It stops before the first command that is not of that form, is incomplete,
 or would not fit in ``room``; see native/pubrun.c for the exact rules. Returns
 ``(end, commands, messages, written, ms, seq, status)``.
 """
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 PUB_RUN_END, PUB_RUN_MORE, PUB_RUN_OTHER, PUB_RUN_ROOM = 0, 1, 2, 3
+PUB_RUN_MAPPED_MAX = 4096  # a run's bytes copied into the window at most (as the C)
 _EPOCH_MS = 1288834974657  # nsqmp/protocol/ids.py's
 _SEQ_MAX = 0x1000
 _MAX_OUT = 1 << 20  # bytes encoded per call at most (as the C)
@@ -105,13 +107,17 @@ def _take(run: _Run, data: bytes, at: int, topic: bytes, max_msg: int, max_body:
 
 
 def pub_run(buf: Buffer, pos: int, topic: bytes, fd: int, file_pos: int, room: int,
-            max_msg_size: int, max_body_size: int, ts_ns: int, node: int, ms: int, seq: int, /
+            max_msg_size: int, max_body_size: int, ts_ns: int, node: int, ms: int, seq: int,
+            window: Buffer | None = None, window_pos: int = 0, /
             ) -> tuple[int, int, int, int, int, int, int]:
     """Take the PUB/MPUB commands for topic from buf[pos:] and append their records to fd
     (see the module docstring). Raises OSError if the write fails."""
     data = bytes(buf)
-    if not 0 <= pos <= len(data) or not topic:
-        raise ValueError("pos outside the buffer, or an empty topic")
+    win = None if window is None else memoryview(window)
+    if win is not None and win.readonly:
+        raise BufferError("Object is not writable.")  # what the C's PyObject_GetBuffer says
+    if not 0 <= pos <= len(data) or not topic or (win is not None and not 0 <= window_pos <= len(win)):
+        raise ValueError("pos outside the buffer, window_pos outside the window, or an empty topic")
     run = _Run(ts_ns, node, ms, seq, max(0, min(room, _MAX_OUT)))
     at, commands, messages, status = pos, 0, 0, PUB_RUN_END
     while at < len(data):
@@ -121,7 +127,9 @@ def pub_run(buf: Buffer, pos: int, topic: bytes, fd: int, file_pos: int, room: i
         at += used
         commands += 1
         messages += count
-    if run.out and fd >= 0:
+    if run.out and win is not None and len(run.out) <= min(PUB_RUN_MAPPED_MAX, len(win) - window_pos):
+        win[window_pos:window_pos + len(run.out)] = run.out
+    elif run.out and fd >= 0:
         done = 0
         while done < len(run.out):
             done += os.pwrite(fd, memoryview(run.out)[done:], file_pos + done)

@@ -7,6 +7,7 @@ cut across reads, a full ring, and kill -9 of the acceptor in the middle of runs
 """
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import signal
@@ -131,6 +132,41 @@ def test_a_call_encodes_at_most_1_mib_and_the_next_one_goes_on(pub_run):
     assert status == ROOM and size <= 1 << 20 and commands == (1 << 20) // (8 + 26 + 400)
     (end2, commands2, _, _, _, _, status2), _ = run(pub_run, buf, room=1 << 30, pos=end)
     assert (end2, commands + commands2, status2) == (len(buf), 3000, END)
+
+
+def test_a_small_run_is_copied_into_the_window_and_a_long_one_written(pub_run, tmp_path):
+    """Up to PUB_RUN_MAPPED_MAX bytes go into the window (a mapping of the file at file_pos)
+    and not through the descriptor; more, or what does not fit the window, by pwrite."""
+    path = tmp_path / "s"
+    with open(path, "w+b") as f:
+        f.truncate(1 << 16)
+        window = mmap.mmap(f.fileno(), 1 << 14, offset=1 << 13)  # the file's [8192, 24576)
+        fd = f.fileno()
+        small = bytearray(wire.pub("t", b"s" * 100) * 3)
+        # the descriptor is read-only here: had it been written through, pwrite would fail
+        ro = os.open(path, os.O_RDONLY)
+        try:
+            result = pub_run(small, 0, b"t", ro, 8192 + 100, 1 << 20, MAX_MSG, MAX_BODY, TS, 5, 0, 0,
+                             window, 100)
+        finally:
+            os.close(ro)
+        size = result[3]
+        assert result[1] == 3 and size == 3 * (8 + 26 + 100) <= twin.PUB_RUN_MAPPED_MAX
+        assert bodies_of(os.pread(fd, size, 8192 + 100)) == [b"s" * 100] * 3
+        # a longer run goes by pwrite: the window is left as it was
+        long = bytearray(wire.mpub("t", [b"l" * 1000] * 5))
+        result = pub_run(long, 0, b"t", fd, 30000, 1 << 20, MAX_MSG, MAX_BODY, TS, 5, 0, 0, window, 0)
+        assert result[3] > twin.PUB_RUN_MAPPED_MAX and not any(window[:100])
+        assert bodies_of(os.pread(fd, result[3], 30000)) == [b"l" * 1000] * 5
+        # a small one past the window's end: pwrite too
+        result = pub_run(small, 0, b"t", fd, 40000, 1 << 20, MAX_MSG, MAX_BODY, TS, 5, 0, 0,
+                         window, len(window) - 10)
+        assert not any(window[-10:]) and bodies_of(os.pread(fd, result[3], 40000)) == [b"s" * 100] * 3
+        with pytest.raises(ValueError):
+            pub_run(small, 0, b"t", fd, 0, 100, MAX_MSG, MAX_BODY, TS, 5, 0, 0, window, len(window) + 1)
+        with pytest.raises(BufferError):  # not writable
+            pub_run(small, 0, b"t", fd, 0, 100, MAX_MSG, MAX_BODY, TS, 5, 0, 0, bytes(100), 0)
+        window.close()
 
 
 def test_ids_borrow_the_next_millisecond_and_never_go_back(pub_run, tmp_path):
@@ -271,4 +307,5 @@ def test_the_twin_shares_the_constants():
     native = native_module("pub_run")
     assert (native.PUB_RUN_END, native.PUB_RUN_MORE, native.PUB_RUN_OTHER, native.PUB_RUN_ROOM) == \
         (END, MORE, OTHER, ROOM)
+    assert native.PUB_RUN_MAPPED_MAX == twin.PUB_RUN_MAPPED_MAX
     assert twin._EPOCH_MS == ids._EPOCH_MS

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import struct
 
 import pytest
 
@@ -160,3 +161,46 @@ def test_sync_every_one_syncs_in_place_and_others_in_the_background(tmp_path):
     assert lazy._unsynced == 0 and lazy._last_job is not None
     lazy.close()
     assert lazy._last_job is None
+
+
+def test_runs_go_through_a_moving_window_across_growths_and_rolls(tmp_path, monkeypatch):
+    """append_run encodes into a mapping of WINDOW bytes that moves on as the file fills;
+    the general path's appends (pwrite) interleave; every record lands once, in order."""
+    from nsqmp.client import wire
+    from nsqmp.diskqueue import segment
+    from nsqmp.protocol.ids import IdGenerator
+
+    monkeypatch.setattr(segment, "WINDOW", 64 << 10)
+    w = SegmentWriter(str(tmp_path), 0, 1 << 21, 0)
+    ids = IdGenerator(5)
+    rng = random.Random(11)
+    expected: list[bytes] = []
+    windows = set()
+    w.append(encode([message(0)]))  # a writer opens its file on the general path
+    expected.append(message(0)[MESSAGE_HEADER.size:])
+    k = 1
+    while k < 6000:
+        bodies = [b"%06d" % (k + i) + b"x" * rng.randint(0, 900) for i in range(rng.randint(1, 40))]
+        buf = bytearray(b"".join(wire.pub("t", b) for b in bodies))
+        pos = 0
+        for b in bodies:
+            if pos == len(buf):
+                break
+            end, commands, messages, offset, size = w.append_run(buf, pos, b"t", 1 << 20, 1 << 22, ids)
+            if commands:
+                assert w._map is not None and len(w._map) <= segment.WINDOW
+                windows.add(w._win)
+                pos = end
+                continue
+            # what the general path does with the first command: a growth or a roll
+            (n,) = struct.unpack_from(">i", buf, pos + 6)
+            w.append(encode([MESSAGE_HEADER.pack(0, 0, b"%016x" % 0) + bytes(buf[pos + 10:pos + 10 + n])]))
+            pos += 10 + n
+        expected += bodies
+        k += len(bodies)
+    w.close()
+    got = []
+    for seq in range(w.seq + 1):
+        got += [p[MESSAGE_HEADER.size:] for _, p, _ in scan(segment_path(str(tmp_path), 0, seq))]
+    assert got == expected
+    assert w.seq >= 1 and len(windows) > 10  # it rolled, and the window moved many times

@@ -114,7 +114,7 @@ class Publisher:
         records.publish_head_into(rec, self.index, seq, offset, count, topic)
         self.endpoint.send(self._router_slot(topic), rec)
 
-    def publish_run(self, topic: bytes, buf: bytearray, pos: int) -> tuple[int, int, int]:
+    def publish_run(self, topic: bytes, buf: bytes | bytearray, pos: int) -> tuple[int, int, int]:
         """The PUB/MPUB commands for topic at buf[pos:], while they would be answered OK,
         appended to the topic's segment as one batch (SegmentWriter.append_run, one C call)
         and handed off as one PUBLISH_AT: (end, commands, messages). Nothing is taken

@@ -109,13 +109,13 @@ class PublishCommands:
         self.auth.check(self, "DPUB", topic, b"")
         self._queue_pub(topic, body_off, body_len, defer_ms, "DPUB")
 
-    def _pub_run(self, pos: int) -> int:
-        """The PUB/MPUBs at pos on the topic of this connection's last publish, while they
-        would be answered OK: one C call from the read buffer to the segment
-        (Publisher.publish_run), then their OKs in one write. Returns where the first
-        command not taken starts (pos if none was): the parse loop gives it to its
-        handler, which gives nsqd's exact answer (an error, or the wait for more)."""
-        buf = self.buf
+    def _pub_run(self, buf: bytes | bytearray, pos: int) -> int:
+        """The PUB/MPUBs at buf[pos:] (the read buffer, or a read not yet added to it) on
+        the topic of this connection's last publish, while they would be answered OK: one
+        C call from there to the segment (Publisher.publish_run), then their OKs in one
+        write. Returns where the first command not taken starts (pos if none was): the
+        parse loop gives it to its handler, which gives nsqd's exact answer (an error, or
+        the wait for more)."""
         if len(buf) - pos > _DELIVER_FIRST:  # a big MPUB: what consumers wait for goes first
             self.host.deliver_waiting()
         topic = self._run_topic

@@ -225,7 +225,7 @@ class SegmentWriter:
             self.sync()
         return self.seq, offset
 
-    def append_run(self, buf: bytearray, pos: int, topic: bytes, max_msg: int, max_body: int,
+    def append_run(self, buf: bytes | bytearray, pos: int, topic: bytes, max_msg: int, max_body: int,
                    ids) -> tuple[int, int, int, int, int]:
         """A run of PUB/MPUB for topic from buf[pos:] appended as one batch, in one C call
         (encoder.pub_run; ids: the acceptor's IdGenerator, whose state it advances).

@@ -309,3 +309,32 @@ def test_the_twin_shares_the_constants():
         (END, MORE, OTHER, ROOM)
     assert native.PUB_RUN_MAPPED_MAX == twin.PUB_RUN_MAPPED_MAX
     assert twin._EPOCH_MS == ids._EPOCH_MS
+
+
+def test_a_read_that_starts_with_a_run_is_taken_from_the_read_itself():
+    """A publisher's read is handed to the run as it came (nothing copied into the
+    connection's buffer); what the run leaves goes to the buffer and the parse loop."""
+    from tests.acceptor.seams import connect, responses
+
+    conn, transport, host = connect()
+    calls: list[type] = []
+
+    def publish_run(topic, buf, pos):
+        calls.append(type(buf))
+        end, commands, messages, *_ = twin.pub_run(buf, pos, topic, -1, 0, 1 << 20, MAX_MSG, MAX_BODY,
+                                                   TS, 5, 0, 0)
+        return end, commands, messages
+
+    conn._publish_run = publish_run
+    conn.data_received(wire.pub("t", b"first"))  # its handler: the run may take the next ones
+    assert responses(transport) == [b"OK"] and host.publishes[0][:2] == (b"t", [b"first"])
+    conn.data_received(wire.pub("t", b"a") * 3)
+    assert responses(transport) == [b"OK"] * 3 and calls == [bytes] and not conn.buf
+    third = wire.pub("t", b"cut")
+    conn.data_received(wire.pub("t", b"b") * 2 + third[:5])
+    # the read's run took two; the parse loop's run looked at the cut one in the buffer
+    assert responses(transport) == [b"OK"] * 2 and bytes(conn.buf) == third[:5]
+    assert calls == [bytes, bytes, bytearray]
+    conn.data_received(third[5:])  # the buffer is not empty: the parse loop's run takes it
+    assert responses(transport) == [b"OK"] and calls[3:] == [bytearray] and not conn.buf
+    assert conn.pub_counts == {b"t": 7}

@@ -701,9 +701,10 @@ PyDoc_STRVAR(fly_doc,
 "One delivery pass for one consumer: takes n (message, attempts) entries from\n"
 "the left of the deque `ready` (fewer if it runs out), puts each in flight in\n"
 "`flight` with attempts + 1, appends message and attempts + 1 to the flat\n"
-"list `members` and (message, attempts + 1) to the list `out`.  Returns how\n"
-"many it took.  `members` is left out of cycle collection while it holds only\n"
-"the router's Messages (and ints): no cycle can pass through it.");
+"list `members` and (message, attempts + 1) to the list `out` (out None: no\n"
+"pairs are made; pack_members frames them from `members`).  Returns how many\n"
+"it took.  `members` is left out of cycle collection while it holds only the\n"
+"router's Messages (and ints): no cycle can pass through it.");
 
 /* Prefetching.  At a million in flight a pass misses the cache two or three
  * times per message (its ready entry, the message, its slot), one after the
@@ -769,17 +770,25 @@ fly_one(MapObject *self, PyObject *entry, PyObject *flight, PyObject *members, P
     if (attempts == (unsigned long)-1 && PyErr_Occurred())
         return -1;
     attempts++;
-    PyObject *pair = NULL;
-    int rc = put_message(self, message, attempts, flight);
-    if (rc == 0) {
-        pair = nsqmp_message_pair(message, (long long)attempts);
-        rc = pair == NULL ? -1 : PyList_Append(out, pair);
+    if (put_message(self, message, attempts, flight) < 0)
+        return -1;
+    int rc = 0;
+    PyObject *count;
+    if (out != Py_None) {  /* the (message, attempts) pair too; members shares its count */
+        PyObject *pair = nsqmp_message_pair(message, (long long)attempts);
+        if (pair == NULL)
+            return -1;
+        rc = PyList_Append(out, pair);
+        count = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+        Py_DECREF(pair);
+    } else if ((count = PyLong_FromUnsignedLong(attempts)) == NULL) {
+        return -1;
     }
     if (rc == 0)
         rc = PyList_Append(members, message);
     if (rc == 0)
-        rc = PyList_Append(members, PyTuple_GET_ITEM(pair, 1));
-    Py_XDECREF(pair);
+        rc = PyList_Append(members, count);
+    Py_DECREF(count);
     return rc;
 }
 
@@ -796,8 +805,8 @@ Map_fly(MapObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (check_members(members) < 0 || check_flight(flight) < 0)
         return NULL;
-    if (!PyList_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a list");
+    if (out != Py_None && !PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list or None");
         return NULL;
     }
     if (PyObject_Length(ready) < 0)

@@ -227,20 +227,44 @@ PyDoc_STRVAR(pack_frames_doc,
 "one frame), as (bytes, index of the first entry left out).  The frames are\n"
 "nsqmp.protocol.frames.message_frame(m.ts, attempts, m.id, m.body).");
 
-/* The message of an entry, checked for pack_frames; NULL with an exception. */
-static MessageObject *
-frame_message(PyObject *entry, Py_ssize_t i)
+PyDoc_STRVAR(pack_members_doc,
+"pack_members(head, members, start, max_bytes, /)\n--\n\n"
+"pack_frames over a flight's flat members list (message, attempts, message,\n"
+"attempts, ...: what InFlightMap.fly appends): start and the index returned\n"
+"count messages, not list items.");
+
+/* Entry i's message and attempts: of the pair items[i], or (flat) of
+ * items[2i] and items[2i + 1]; -1 with an exception if a pair is not a 2-tuple. */
+static int
+entry_at(PyObject **items, Py_ssize_t i, int flat, PyObject **m, PyObject **attempts)
 {
+    if (flat) {
+        *m = items[2 * i];
+        *attempts = items[2 * i + 1];
+        return 0;
+    }
+    PyObject *entry = items[i];
     if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
         PyErr_Format(PyExc_TypeError, "entry %zd is not a (Message, attempts) pair", i);
-        return NULL;
+        return -1;
     }
-    PyObject *m = PyTuple_GET_ITEM(entry, 0);
+    *m = PyTuple_GET_ITEM(entry, 0);
+    *attempts = PyTuple_GET_ITEM(entry, 1);
+    return 0;
+}
+
+/* The message of entry i, checked for pack_frames; NULL with an exception. */
+static MessageObject *
+frame_message(PyObject **items, Py_ssize_t i, int flat)
+{
+    PyObject *m, *attempts;
+    if (entry_at(items, i, flat, &m, &attempts) < 0)
+        return NULL;
     if (!PyObject_TypeCheck(m, &Message_Type)) {
         PyErr_Format(PyExc_TypeError, "entry %zd: %.100s is not a Message", i, Py_TYPE(m)->tp_name);
         return NULL;
     }
-    if (!PyLong_Check(PyTuple_GET_ITEM(entry, 1))) {
+    if (!PyLong_Check(attempts)) {
         PyErr_Format(PyExc_TypeError, "entry %zd: attempts must be an int", i);
         return NULL;
     }
@@ -252,11 +276,13 @@ frame_message(PyObject *entry, Py_ssize_t i)
     return msg;
 }
 
+/* pack_frames (flat 0) and pack_members (flat 1) */
 static PyObject *
-py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+pack(PyObject *const *args, Py_ssize_t nargs, int flat)
 {
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "pack_frames() takes exactly 4 positional arguments");
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly 4 positional arguments",
+                     flat ? "pack_members" : "pack_frames");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[2]);
@@ -272,18 +298,23 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
     PyObject *seq = PySequence_Fast(args[1], "entries must be a sequence");
     if (seq == NULL)
         return NULL;
+    if (flat && PySequence_Fast_GET_SIZE(seq) % 2 != 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_TypeError, "members must be a list of message, attempts, ...");
+        return NULL;
+    }
     Py_buffer head;
     if (PyObject_GetBuffer(args[0], &head, PyBUF_SIMPLE) < 0) {
         Py_DECREF(seq);
         return NULL;
     }
     /* pass 1: how many frames, how many bytes (no Python code runs between the passes) */
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq) / (flat ? 2 : 1);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     Py_ssize_t stop = start, total = 0;
     PyObject *out = NULL;
     while (stop < n) {
-        MessageObject *msg = frame_message(items[stop], stop);
+        MessageObject *msg = frame_message(items, stop, flat);
         if (msg == NULL)
             goto done;
         Py_ssize_t size = NQL_MESSAGE_FRAME_HEAD + Py_SIZE(msg);
@@ -304,9 +335,10 @@ py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t narg
     memcpy(dst, head.buf, (size_t)head.len);
     dst += head.len;
     for (Py_ssize_t i = start; i < stop; i++) {
-        PyObject *entry = items[i];
-        MessageObject *msg = (MessageObject *)PyTuple_GET_ITEM(entry, 0);
-        uint16_t attempts = (uint16_t)(PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(entry, 1)) & 0xFFFF);
+        PyObject *m, *count;
+        entry_at(items, i, flat, &m, &count);  /* checked in pass 1 */
+        MessageObject *msg = (MessageObject *)m;
+        uint16_t attempts = (uint16_t)(PyLong_AsUnsignedLongLongMask(count) & 0xFFFF);
         size_t body_len = (size_t)Py_SIZE(msg);
         nqb_put_frame(dst, (int64_t)msg->ts, attempts, msg->id, (const uint8_t *)msg->body, body_len);
         dst += NQL_MESSAGE_FRAME_HEAD + body_len;
@@ -328,9 +360,22 @@ done:
     return out;
 }
 
+static PyObject *
+py_pack_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    return pack(args, nargs, 0);
+}
+
+static PyObject *
+py_pack_members(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    return pack(args, nargs, 1);
+}
+
 static PyMethodDef readback_functions[] = {
     {"read_messages", (PyCFunction)(void (*)(void))py_read_messages, METH_FASTCALL, read_messages_doc},
     {"pack_frames", (PyCFunction)(void (*)(void))py_pack_frames, METH_FASTCALL, pack_frames_doc},
+    {"pack_members", (PyCFunction)(void (*)(void))py_pack_members, METH_FASTCALL, pack_members_doc},
     {NULL, NULL, 0, NULL},
 };
 

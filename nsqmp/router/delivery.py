@@ -17,7 +17,7 @@ from nsqmp.ipc import records
 from nsqmp.router.deadlines import Deadlines
 from nsqmp.router.expiry import screen
 from nsqmp.router.inflight import Flight  # native/flight.h, or its twin router/pyinflight.py
-from nsqmp.router.readback import pack_frames
+from nsqmp.router.readback import pack_members
 
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
@@ -165,16 +165,17 @@ class Delivery:
             tokens[flight.token] = c.flights[flight.token] = flight
             arm(flight.token)
             arm(deadline)
-            frames: list = []  # (Message, attempts)
             for start in range(0, n, FLY_STEP):
-                in_flight.fly(ready, min(FLY_STEP, n - start), flight, flight.members, frames)
+                in_flight.fly(ready, min(FLY_STEP, n - start), flight, flight.members, None)
                 if urgent_waiting():  # a FIRE came meanwhile: its messages go back now
                     self.drain_urgent()
             c.in_flight += n
             c.message_count += n
             ch.delivery_count += n  # per consumer, as the two above: no work per message
-            # out now: a connection has one SUB, so no other channel's frames would join these
-            self.send_frames(c.conn, frames)
+            # out now: a connection has one SUB, so no other channel's frames would join these.
+            # The frames are read from the flight's members (no pair per message): nothing
+            # leaves a flight that is not due for minutes before the pass ends
+            self.send_frames(c.conn, flight.members)
             self.unpushed += n
             if self.unpushed >= SEND_STEP:
                 self.unpushed = 0
@@ -189,15 +190,16 @@ class Delivery:
                 break
         return budget
 
-    def send_frames(self, conn: int, entries: list) -> None:
-        """DELIVER records carrying the message frames of (Message, attempts) entries: up
-        to max_chunk bytes of frames each (pack_frames builds one record per call)."""
+    def send_frames(self, conn: int, members: list) -> None:
+        """DELIVER records carrying the message frames of a flight's flat members (message,
+        attempts, ...): up to max_chunk bytes of frames each (pack_members builds one
+        record per call)."""
         dst = self.acceptor_slot(records.conn_acceptor(conn))
         head = records.deliver_head(conn)
-        i, n = 0, len(entries)
+        i, n = 0, len(members) // 2
         send = self.send
         while i < n:
-            data, i = pack_frames(head, entries, i, self.max_chunk)
+            data, i = pack_members(head, members, i, self.max_chunk)
             send(dst, data)
 
     # -- topping up from the files ---------------------------------------------------------------

@@ -77,17 +77,19 @@ class InFlightMap:
         removes them at once); the native map keeps them to spare the lookups."""
         return 0
 
-    def fly(self, ready: deque, n: int, flight, members: list, out: list) -> int:
+    def fly(self, ready: deque, n: int, flight, members: list, out: list | None) -> int:
         """One delivery pass for one consumer: up to n entries from the left of `ready`
         go in flight in `flight` with attempts + 1; message and attempts + 1 are appended
-        to the flat list `members`, (message, attempts + 1) to `out`. Returns how many."""
+        to the flat list `members`, (message, attempts + 1) to `out` (None: not made;
+        pack_members frames them from `members`). Returns how many."""
         took = 0
         while took < n and ready:
             message, attempts = ready.popleft()
             attempts += 1
             self.put(message, attempts, flight)
             members += (message, attempts)
-            out.append((message, attempts))
+            if out is not None:
+                out.append((message, attempts))
             took += 1
         return took
 

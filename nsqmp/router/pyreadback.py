@@ -12,7 +12,7 @@ import struct
 from nsqmp.layouts import (DEFER, DUE, FRAME_MESSAGE, ID, ID_AT, LENGTH_MASK, MESSAGE_FRAME_HEAD, MESSAGE_HEAD,
                            RECORD_HEAD)
 
-__all__ = ["Message", "pack_frames", "read_messages"]
+__all__ = ["Message", "pack_frames", "pack_members", "read_messages"]
 
 _WORD = struct.Struct("<I")  # a record's length word (RECORD_HEAD's first field)
 _TS = struct.Struct(">q")  # a message header's timestamp (MESSAGE_HEAD's first field)
@@ -114,3 +114,11 @@ def pack_frames(head, entries, start: int, max_bytes: int) -> tuple[bytes, int]:
         size += flen
         i += 1
     return b"".join(parts), i
+
+
+def pack_members(head, members: list, start: int, max_bytes: int) -> tuple[bytes, int]:
+    """pack_frames over a flight's flat members list (message, attempts, ...: what fly
+    appends); start and the index returned count messages, not list items."""
+    if len(members) % 2:
+        raise TypeError("members must be a list of message, attempts, ...")
+    return pack_frames(head, list(zip(members[::2], members[1::2])), start, max_bytes)

@@ -577,6 +577,22 @@ def test_native_finish_keeps_no_stray_references():
     assert (sys.getrefcount(m), sys.getrefcount(f), sys.getrefcount(seg)) == before
 
 
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_fly_without_out_makes_no_pairs_and_the_same_members(name):
+    """The delivery pass flies with out None and frames the flight's members."""
+    held, other = make(name), make(name)
+    msgs = [message(k, name) for k in range(5)]
+    f, g = flight("f", name), flight("g", name)
+    with_out: list = []
+    without: list = []
+    out: list = []
+    assert held.fly(deque((m, k % 3) for k, m in enumerate(msgs)), 5, f, with_out, out) == 5
+    assert other.fly(deque((m, k % 3) for k, m in enumerate(msgs)), 5, g, without, None) == 5
+    assert without == with_out == [x for pair in out for x in pair]
+    assert [other.get(m.id)[:2] for m in msgs] == [held.get(m.id)[:2] for m in msgs]
+    assert not gc.is_tracked(without) or name == "python"
+
+
 def test_native_pairs_of_messages_are_not_tracked_by_the_cycle_collector():
     """fly's frames and land's ready entries hold a Message and an int: no cycle can
     pass through them, so the young collections never walk them."""

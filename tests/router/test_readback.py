@@ -196,6 +196,7 @@ def test_the_chooser_takes_native_unless_pure_python():
     else:
         assert chooser.read_messages is native().read_messages and chooser.Message is native().Message
         assert chooser.pack_frames is native().pack_frames
+        assert chooser.pack_members is native().pack_members
 
 
 # -- pack_frames -----------------------------------------------------------------------
@@ -256,12 +257,39 @@ def test_pack_frames_past_the_end_and_errors(name):
         mod.pack_frames(b"", [(m, 1)], -1, 100)
 
 
+@FUZZ
+@given(items=st.lists(frame_item, max_size=10), start=st.integers(0, 11),
+       max_bytes=st.one_of(st.integers(-10, 200), st.integers(0, 30000)))
+def test_pack_members_frames_a_flat_list_as_pack_frames_frames_its_pairs(items, start, max_bytes):
+    """A flight's members (message, attempts, ...), as fly appends them: the same record
+    as pack_frames of the pairs, and the same next index (in messages)."""
+    head = b"\x14" + bytes(8)
+    for name in IMPLS:
+        Message = impl(name).Message
+        entries = [(Message(mid, ts, body, None, 0), attempts) for (ts, mid, body, _), attempts in items]
+        members = [x for pair in entries for x in pair]
+        assert impl(name).pack_members(head, members, start, max_bytes) == \
+            reference_pack(head, entries, start, max_bytes), name
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_pack_members_refuses_a_list_that_is_not_pairs(name):
+    mod = impl(name)
+    m = mod.Message(b"0123456789abcdef", 7, b"x", None, 0)
+    with pytest.raises(TypeError):
+        mod.pack_members(b"", [m, 1, m], 0, 100)
+    assert mod.pack_members(b"HD", [m, 1], 1, 100) == (b"HD", 1)
+
+
 def test_native_pack_frames_checks_its_entries():
     n = native()
     m = n.Message(b"0123456789abcdef", 7, b"x", None, 0)
     for bad in ([(m,)], [[m, 1]], [(object(), 1)], [(m, 1.5)]):
         with pytest.raises(TypeError):
             n.pack_frames(b"", bad, 0, 100)
+    for bad in ([object(), 1], [m, 1.5]):
+        with pytest.raises(TypeError):
+            n.pack_members(b"", bad, 0, 100)
     with pytest.raises(AttributeError):
         del m.segment
     assert m.segment is None
@@ -280,6 +308,7 @@ def test_no_reference_or_memory_is_leaked():
     def once():
         entries, _, _ = mod.read_messages(buf, 64, 100, seg)
         mod.pack_frames(head, [(m, 1) for m, _ in entries], 0, 200)
+        mod.pack_members(head, [x for m, _ in entries for x in (m, 2)], 0, 200)
         try:
             mod.read_messages(bad, 64, 100, seg)
         except ValueError:
@@ -287,6 +316,10 @@ def test_no_reference_or_memory_is_leaked():
         try:
             mod.pack_frames(head, [(entries[0][0], 1), (1, 2)], 0, 1 << 20)
         except (TypeError, AttributeError):
+            pass
+        try:
+            mod.pack_members(head, [entries[0][0], 1, 1, 2], 0, 1 << 20)
+        except TypeError:
             pass
 
     for _ in range(1000):

@@ -78,6 +78,9 @@ class Acceptor(Role):
         self.connections: dict[int, V2Connection] = {}
         self._arrivals: deque[float] = deque(maxlen=STORM_CONNECTIONS)  # when the latest TCP clients came
         self._ok_noted = 0.0
+        # our slot's failure flag in the control block, kept here too: only this process
+        # sets it (and the supervisor clears it before a new one starts)
+        self._failing = False
         self.hostname = socket.gethostname()
         self.start_time = run_start_time(plan.run_pid)
         self.tcp_port = tcp_sock.getsockname()[1]
@@ -216,15 +219,17 @@ class Acceptor(Role):
     def publish_failed(self, exc: OSError) -> None:
         """A disk write failed: /ping and /stats say NOK on every acceptor until a write works."""
         self.control.note_failure(self.slot, exc.errno or errno.EIO)
+        self._failing = True
 
     health_error = publish_failed  # the HTTP publishes' name
 
     def health_ok(self) -> None:
         """A disk write worked: noted at most once a second while all is well."""
         now = time.monotonic()
-        if self.control.failed(self.slot) or now - self._ok_noted > 1.0:
+        if self._failing or now - self._ok_noted > 1.0:  # after every publish: no read of the block
             self.control.note_success(self.slot)
             self._ok_noted = now
+            self._failing = False
 
     def producer_left(self) -> None:
         """A connection that published is gone: /stats producers changes."""

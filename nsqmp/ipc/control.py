@@ -75,9 +75,6 @@ class ControlBlock:
         struct.pack_into("<Q", self.buf, base + 32, time.monotonic_ns())
         struct.pack_into("<I", self.buf, base + 12, 0)
 
-    def failed(self, slot: int) -> bool:
-        return struct.unpack_from("<I", self.buf, SLOT_BASE + SLOT_SIZE * slot + 12)[0] != 0
-
     def health(self, slots) -> int:
         """errno of the newest failure among `slots` if no success came after it, else 0."""
         newest_fail, err, newest_ok = 0, 0, 0

@@ -53,7 +53,7 @@ class PublishCommands:
     _pubs: PubRun | None
     _eof: bool
     _publish_spans: Callable[[bytes, bytearray, bytes | bytearray, int | list[int]], None]
-    _publish_run: Callable[[bytes, bytearray, int], tuple[int, int, int]]
+    _publish_run: Callable[[bytes, bytes | bytearray, int], tuple[int, int, int]]
     _run_topic: bytes
     _body_ready: Callable[[Params, int, int], None]  # V2Connection's (NeedMore until it is here)
     _body_so_far: Callable[[], tuple[int, int]]

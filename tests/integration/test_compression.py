@@ -74,6 +74,32 @@ def test_upgrade_then_publish_and_consume(broker, codec):
 
 
 @pytest.mark.parametrize("codec", ["snappy", "deflate"])
+def test_compressed_pub_runs_are_answered_and_kept(broker, codec):
+    """After a topic's first PUB, the next ones go by the publish run, from each
+    decompressed read: one per write, then many in one write."""
+    from nsqmp.client import Connection
+
+    c = Compressed(broker.tcp_address, codec, level=3)
+    assert c.frame() == (wire.FRAME_RESPONSE, b"OK")
+    bodies = [b"run %03d " % i * 4 for i in range(40)]
+    for b in bodies[:10]:
+        c.send(wire.pub("zrun", b))
+        assert c.frame() == (wire.FRAME_RESPONSE, b"OK")
+    c.send(b"".join(wire.pub("zrun", b) for b in bodies[10:]))
+    for _ in bodies[10:]:
+        assert c.frame() == (wire.FRAME_RESPONSE, b"OK")
+    c.sock.close()
+    got = []
+    with Connection.connect(broker.tcp_address) as consumer:
+        consumer.sub("zrun", "ch", rdy=100)
+        while len(got) < len(bodies):
+            m = consumer.read_message()
+            got.append(m.body)
+            consumer.fin(m.id)
+    assert got == bodies
+
+
+@pytest.mark.parametrize("codec", ["snappy", "deflate"])
 def test_compressed_commands_in_the_same_write_as_identify(broker, codec):
     """The stream switches mid-buffer: what follows IDENTIFY in one read is already compressed."""
     if codec == "snappy":

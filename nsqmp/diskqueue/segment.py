@@ -1,8 +1,9 @@
 """Segment files: where a topic's messages live from the moment a publisher gets `OK`.
 
 One writer per file: acceptor `a` appends the messages it accepts for a topic to
-``<topic dir>/<a:02d>.<seq:08d>.seg`` (see layout.py). The file is grown in reserved steps, and rolls to the next sequence number when the next batch would
-pass ``max-bytes-per-file``. A batch (one PUB or a whole MPUB) is one contiguous append.
+``<topic dir>/<a:02d>.<seq:08d>.seg`` (see layout.py). The file is grown in reserved
+steps, and rolls to the next sequence number when the next batch would pass
+``max-bytes-per-file``. A batch (one PUB or a whole MPUB) is one contiguous append.
 
 File layout: a 64-byte header (magic 'NQSG', version, acceptor, seq), then records back
 to back: length word (bit 31: DEFER), crc32c, [due time], NSQ message header, body. Drawn

@@ -99,12 +99,17 @@ def test_urgent_records_go_between_two_records_of_another_ring(pair):
 
 
 @pytest.mark.parametrize("polls", [False, True], ids=["sleeps", "polls"])
-def test_a_polling_endpoint_takes_records_without_a_doorbell_while_they_come(pair, polls):
+def test_a_polling_endpoint_takes_records_without_a_doorbell_while_they_come(pair, polls, monkeypatch):
     """attach_to_loop's poll_while: after a drain that found records the endpoint looks
-    again in a millisecond instead of announcing sleep, so the producer's next record
+    again in POLL_INTERVAL instead of announcing sleep, so the producer's next record
     rings no doorbell; a drain that finds nothing announces sleep, and the record after
     that rings again. Without poll_while, every record sent to a sleeping endpoint rings."""
     import uvloop
+
+    # "b" below must come before the poll after "a" looks: with the real millisecond, a
+    # loaded machine (a CI run) sometimes took longer than that between two sends, the
+    # poll found nothing and announced sleep, and "b" rang
+    monkeypatch.setattr(mesh, "POLL_INTERVAL", 0.3)
 
     acceptor, router, plan = pair
     dst = plan.router_slot(0)

@@ -121,4 +121,9 @@ def pack_members(head, members: list, start: int, max_bytes: int) -> tuple[bytes
     appends); start and the index returned count messages, not list items."""
     if len(members) % 2:
         raise TypeError("members must be a list of message, attempts, ...")
-    return pack_frames(head, list(zip(members[::2], members[1::2])), start, max_bytes)
+    if start < 0:
+        raise ValueError("start must not be negative")
+    # the pairs from start on only: the router calls this once per record of a flight
+    rest = members[2 * start:]
+    data, taken = pack_frames(head, list(zip(rest[::2], rest[1::2])), 0, max_bytes)
+    return data, start + taken

@@ -2,13 +2,14 @@
 a segment file in one call (the reference; same API, same bytes, same stops).
 
 ``pub_run(buf, pos, topic, fd, file_pos, room, max_msg_size, max_body_size, ts_ns, node,
-ms, seq, window=None, window_pos=0)`` takes, from ``buf[pos:]``, the commands ``PUB <topic>\\n`` and ``MPUB <topic>\\n``
-that the general parse loop would answer OK, encodes one segment record per message
-(stamped ts_ns, ids from the generator state (ms, seq) of nsqmp/protocol/ids.py, one per
-message) and writes them at ``file_pos`` of ``fd``: copied into ``window`` (a writable
-mapping of the file) at ``window_pos`` when they are at most PUB_RUN_MAPPED_MAX bytes and
-fit, else with one pwrite (``fd < 0``: not written). It stops before the first command that is not of that form, is incomplete,
-or would not fit in ``room``; see native/pubrun.c for the exact rules. Returns
+ms, seq, window=None, window_pos=0)`` takes, from ``buf[pos:]``, the commands
+``PUB <topic>\\n`` and ``MPUB <topic>\\n`` that the general parse loop would answer OK,
+encodes one segment record per message (stamped ts_ns, ids from the generator state
+(ms, seq) of nsqmp/protocol/ids.py, one per message) and writes them at ``file_pos`` of
+``fd``: copied into ``window`` (a writable mapping of the file) at ``window_pos`` when
+they are at most PUB_RUN_MAPPED_MAX bytes and fit, else with one pwrite (``fd < 0``: not
+written). It stops before the first command that is not of that form, is incomplete, or
+would not fit in ``room``; see native/pubrun.c for the exact rules. Returns
 ``(end, commands, messages, written, ms, seq, status)``.
 """
 from __future__ import annotations

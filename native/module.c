@@ -19,6 +19,8 @@ int nsqmp_inflight_add(PyObject *module); /* inflight.c */
 int nsqmp_timerfd_add(PyObject *module);  /* timerfd.c */
 int nsqmp_layouts_add(PyObject *module);  /* layouts.c */
 int nsqmp_pubrun_add(PyObject *module);   /* pubrun.c */
+int nsqmp_ids_add(PyObject *module);      /* ids.c */
+int nsqmp_segtail_add(PyObject *module);  /* segtail.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -31,6 +33,8 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_timerfd_add,
     nsqmp_layouts_add,
     nsqmp_pubrun_add,
+    nsqmp_ids_add,
+    nsqmp_segtail_add,
 };
 
 static int

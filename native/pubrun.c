@@ -43,27 +43,7 @@
 #include <unistd.h>
 
 #include "publish.h"
-
-#define PR_EPOCH_MS 1288834974657LL  /* nsqmp/protocol/ids.py's _EPOCH_MS (Twitter's) */
-#define PR_SEQ_MAX 0x1000            /* ids per millisecond */
-#define PR_MAX_OUT (1u << 20)        /* bytes encoded per call at most (the kept scratch buffer too) */
-#define PR_MAPPED_MAX 4096           /* a run's records copied into the window at most (else pwrite) */
-
-/* why pub_run stopped */
-#define PR_END 0    /* the buffer ends after the last command taken */
-#define PR_MORE 1   /* the next command is not all here yet */
-#define PR_OTHER 2  /* the next command is not one the run takes */
-#define PR_ROOM 3   /* the next command's records do not fit in room (or the call's limit) */
-
-typedef struct {
-    uint8_t *out;       /* the records encoded so far */
-    size_t len, cap;
-    int64_t ts;
-    int64_t ms;         /* id generator: millisecond (since the epoch) and sequence */
-    int64_t seq;
-    uint64_t node;
-    size_t limit;       /* most bytes of records this call may write */
-} Run;
+#include "pubrun.h"
 
 static int32_t
 be32(const uint8_t *p)
@@ -129,12 +109,6 @@ line_of(const uint8_t *p, Py_ssize_t avail, const char *verb, Py_ssize_t vlen,
     return need;
 }
 
-typedef struct {
-    const uint8_t *topic;
-    Py_ssize_t tlen;
-    int64_t max_msg, max_body;
-} Limits;
-
 /* Take the command at p (avail bytes): its size in *used and its messages in *count,
  * or why not (PR_MORE, PR_OTHER, PR_ROOM). */
 static int
@@ -196,8 +170,8 @@ take_one(Run *r, const Limits *lim, const uint8_t *p, Py_ssize_t avail, Py_ssize
     return PR_END;
 }
 
-static int
-write_all(int fd, const uint8_t *p, size_t n, int64_t at)
+int
+pr_write_all(int fd, const uint8_t *p, size_t n, int64_t at)
 {
     while (n) {
         ssize_t w = pwrite(fd, p, n, (off_t)at);
@@ -211,6 +185,37 @@ write_all(int fd, const uint8_t *p, size_t n, int64_t at)
         at += w;
     }
     return 0;
+}
+
+Run *
+pr_start(int64_t ts_ns, long long node, long long ms, long long seq, long long room)
+{
+    static Run r;  /* its buffer is kept between calls (single-threaded under the GIL) */
+    r.len = 0;
+    r.ts = ts_ns;
+    r.node = (uint64_t)node & 0x3FF;
+    int64_t now_ms = ts_ns / 1000000 - PR_EPOCH_MS;
+    r.ms = now_ms > ms ? now_ms : ms;
+    r.seq = now_ms > ms ? 0 : seq;
+    r.limit = room < 0 ? 0 : ((unsigned long long)room < PR_MAX_OUT ? (size_t)room : PR_MAX_OUT);
+    return &r;
+}
+
+Taken
+pr_take(Run *r, const Limits *lim, const uint8_t *data, Py_ssize_t len, Py_ssize_t pos)
+{
+    Taken t = {pos, 0, 0, PR_END};
+    while (t.end < len) {
+        Py_ssize_t used = 0;
+        int64_t count = 0;
+        t.status = take_one(r, lim, data + t.end, len - t.end, &used, &count);
+        if (t.status != PR_END)
+            break;
+        t.end += used;
+        t.commands += 1;
+        t.messages += count;
+    }
+    return t;
 }
 
 PyDoc_STRVAR(pub_run_doc,
@@ -268,44 +273,24 @@ py_pub_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "pos outside the buffer, window_pos outside the window, or an empty topic");
         return NULL;
     }
-    static Run r;  /* its buffer is kept between calls (single-threaded under the GIL) */
-    r.len = 0;
-    r.ts = ts;
-    r.node = (uint64_t)node & 0x3FF;
-    int64_t now_ms = ts / 1000000 - PR_EPOCH_MS;
-    r.ms = now_ms > ms ? now_ms : ms;
-    r.seq = now_ms > ms ? 0 : seq;
-    r.limit = room < 0 ? 0 : ((unsigned long long)room < PR_MAX_OUT ? (size_t)room : PR_MAX_OUT);
+    Run *r = pr_start(ts, node, ms, seq, room);
     Limits lim = {topic.buf, topic.len, max_msg, max_body};
-    const uint8_t *data = buf.buf;
-    Py_ssize_t at = pos;
-    long long commands = 0, messages = 0;
-    int status = PR_END;
-    while (at < buf.len) {
-        Py_ssize_t used = 0;
-        int64_t count = 0;
-        status = take_one(&r, &lim, data + at, buf.len - at, &used, &count);
-        if (status != PR_END)
-            break;
-        at += used;
-        commands += 1;
-        messages += count;
-    }
+    Taken t = pr_take(r, &lim, buf.buf, buf.len, pos);
     int failed = 0;
     /* the GIL is kept: a write into the page cache takes microseconds, and the static
      * Run must not be entered again meanwhile */
-    if (r.len && have_win && r.len <= PR_MAPPED_MAX && r.len <= (size_t)(win.len - window_pos))
-        memcpy((uint8_t *)win.buf + window_pos, r.out, r.len);
-    else if (r.len && fd >= 0)
-        failed = write_all((int)fd, r.out, r.len, file_pos);
+    if (r->len && have_win && r->len <= PR_MAPPED_MAX && r->len <= (size_t)(win.len - window_pos))
+        memcpy((uint8_t *)win.buf + window_pos, r->out, r->len);
+    else if (r->len && fd >= 0)
+        failed = pr_write_all((int)fd, r->out, r->len, file_pos);
     if (have_win)
         PyBuffer_Release(&win);
     PyBuffer_Release(&topic);
     PyBuffer_Release(&buf);
     if (failed)
         return PyErr_SetFromErrno(PyExc_OSError);
-    return Py_BuildValue("(nLLnLLi)", at, commands, messages, (Py_ssize_t)r.len,
-                         (long long)r.ms, (long long)r.seq, status);
+    return Py_BuildValue("(nLLnLLi)", t.end, t.commands, t.messages, (Py_ssize_t)r->len,
+                         (long long)r->ms, (long long)r->seq, t.status);
 }
 
 static PyMethodDef pubrun_functions[] = {

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from nsqmp.acceptor.tcp import V2Connection
+    from nsqmp.diskqueue.pubrun import SegmentTail
 
 
 class AuthService(Protocol):
@@ -55,8 +56,9 @@ class AcceptorSide(Protocol):
     extend_record: Callable[[int, bytearray, bytes, int], bool]
     #: append the bodies at spans of a buffer to the topic's segment (Publisher.publish_spans)
     publish_spans: Callable[[bytes, bytearray, bytes | bytearray, int | list[int]], None]
-    #: a run of PUB/MPUB from a buffer to the topic's segment (Publisher.publish_run)
-    publish_run: Callable[[bytes, bytearray, int], tuple[int, int, int]]
+    #: the segment tail that takes a run of PUB/MPUB on a topic, and its router's slot
+    #: (Publisher.run_tail; None: the topic's publishes all go by publish_spans)
+    run_tail: Callable[[bytes], tuple[SegmentTail, int] | None]
     #: a publisher's data came in: keep the loop awake for its next write (BusyPoll.touch)
     busy_touch: Callable[[], None]
 

@@ -34,17 +34,17 @@ class ProducerBoard:
     def __init__(self, server) -> None:
         self.server = server
         self.path = board_path(server.plan.run_pid, server.index)
-        self._scheduled = False
+        self.scheduled = False  # a snapshot is due (read by Acceptor.published)
         self._removed = False
 
     def changed(self) -> None:
         """A connection published, or a producer left: write a new snapshot soon."""
-        if not self._scheduled:
-            self._scheduled = True
+        if not self.scheduled:
+            self.scheduled = True
             self.server.loop.call_later(FLUSH_INTERVAL, self._flush)
 
     def _flush(self) -> None:
-        self._scheduled = False
+        self.scheduled = False
         self.write()
 
     def write(self) -> None:

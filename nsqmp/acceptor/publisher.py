@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from nsqmp.diskqueue.encoder import encode_records, records_size, spans_of
+from nsqmp.diskqueue.encoder import SegmentTail, encode_records, records_size, spans_of
 from nsqmp.diskqueue.layout import topic_dir
-from nsqmp.diskqueue.segment import SegmentWriter
+from nsqmp.diskqueue.segment import WINDOW, SegmentWriter
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Endpoint, Plan
 from nsqmp.layouts import LENGTH_MASK, RECORD_HEAD, SPAN
@@ -114,29 +114,35 @@ class Publisher:
         records.publish_head_into(rec, self.index, seq, offset, count, topic)
         self.endpoint.send(self._router_slot(topic), rec)
 
-    def publish_run(self, topic: bytes, buf: bytes | bytearray, pos: int) -> tuple[int, int, int]:
-        """The PUB/MPUB commands for topic at buf[pos:], while they would be answered OK,
-        appended to the topic's segment as one batch (SegmentWriter.append_run, one C call)
-        and handed off as one PUBLISH_AT: (end, commands, messages). Nothing is taken
-        (commands 0) for a topic without a writer here yet (#ephemeral ones never have
-        one), a full topic, or a first command that needs a roll: publish_spans() does
-        those. Raises OSError if the segment cannot be written (nothing taken)."""
+    def run_tail(self, topic: bytes) -> tuple[SegmentTail, int] | None:
+        """The topic's segment tail and its router's slot, for a connection's publish runs
+        (SegmentTail.run: PUB/MPUB from its read to the file in one C call, and the
+        PUBLISH_AT to send); None for a topic without a writer here (#ephemeral ones never
+        have one). A tail takes nothing while the topic is full, while its file is not
+        open, or for a command that needs a roll or growth: publish_spans() does those."""
         writer = self.writers.get(topic)
-        if writer is None or topic in self.full_topics:
-            return pos, 0, 0
-        end, commands, messages, offset, size = writer.append_run(
-            buf, pos, topic, self._max_msg, self._max_body, self.ids)
-        if commands:
-            self.endpoint.send(self.slots[topic],
-                               records.publish_at(self.index, writer.seq, offset, messages, size, topic))
-        return end, commands, messages
+        if writer is None:
+            return None
+        return writer.tail, self.slots[topic]
+
+    def topic_full(self, topic: bytes, full: bool) -> None:
+        """A router says the topic is full (max-topic-bytes, refuse) or takes publishes again."""
+        if full:
+            self.full_topics.add(topic)
+        else:
+            self.full_topics.discard(topic)
+        writer = self.writers.get(topic)
+        if writer is not None:
+            writer.tail.taking = not full
 
     def _open_writer(self, topic: bytes) -> SegmentWriter:
         """A segment writer for the topic's directory, kept for its next publishes."""
+        opts, index = self.opts, self.index
+        tail = SegmentTail(topic, self.ids, self._max_msg, self._max_body, records.PUBLISH_AT_FIELDS, WINDOW)
+        tail.taking = topic not in self.full_topics
         writer = self.writers[topic] = SegmentWriter(
-            topic_dir(self.data_path, topic.decode()), self.index,
-            self.opts.max_bytes_per_file, self.opts.sync_every,
-        )
+            topic_dir(self.data_path, topic.decode()), index, opts.max_bytes_per_file, opts.sync_every,
+            tail, lambda seq: records.publish_at(index, seq, 0, 0, 0, topic))
         self.slots[topic] = self._router_slot(topic)
         return writer
 

@@ -22,6 +22,7 @@ from nsqmp.protocol.names import is_valid_name
 from nsqmp.protocol.parser import BODY_PENDING, mpub_spans
 
 if TYPE_CHECKING:
+    from nsqmp.diskqueue.pubrun import SegmentTail
     from nsqmp.acceptor.authorize import ConnAuth
     from nsqmp.acceptor.host import AcceptorSide
 
@@ -53,8 +54,10 @@ class PublishCommands:
     _pubs: PubRun | None
     _eof: bool
     _publish_spans: Callable[[bytes, bytearray, bytes | bytearray, int | list[int]], None]
-    _publish_run: Callable[[bytes, bytes | bytearray, int], tuple[int, int, int]]
+    _send: Callable[[int, bytes | bytearray], None]
+    _run_tail: SegmentTail | None
     _run_topic: bytes
+    _run_slot: int
     _body_ready: Callable[[Params, int, int], None]  # V2Connection's (NeedMore until it is here)
     _body_so_far: Callable[[], tuple[int, int]]
     write: Callable[[bytes], None]
@@ -112,19 +115,20 @@ class PublishCommands:
     def _pub_run(self, buf: bytes | bytearray, pos: int) -> int:
         """The PUB/MPUBs at buf[pos:] (the read buffer, or a read not yet added to it) on
         the topic of this connection's last publish, while they would be answered OK: one
-        C call from there to the segment (Publisher.publish_run), then their OKs in one
-        write. Returns where the first command not taken starts (pos if none was): the
-        parse loop gives it to its handler, which gives nsqd's exact answer (an error, or
-        the wait for more)."""
+        C call from there to the segment (SegmentTail.run), its PUBLISH_AT to the router,
+        then their OKs in one write. Returns where the first command not taken starts (pos
+        if none was): the parse loop gives it to its handler, which gives nsqd's exact
+        answer (an error, or the wait for more)."""
         if len(buf) - pos > _DELIVER_FIRST:  # a big MPUB: what consumers wait for goes first
             self.host.deliver_waiting()
-        topic = self._run_topic
         try:
-            end, commands, messages = self._publish_run(topic, buf, pos)
+            end, commands, messages, record = self._run_tail.run(buf, pos)  # type: ignore[union-attr]
         except OSError:  # the handler writes the first of them again and answers the error
             return pos
         if commands:
+            self._send(self._run_slot, record)
             self.write(OK_FRAME if commands == 1 else OK_FRAME * commands)
+            topic = self._run_topic
             self.pub_counts[topic] = self.pub_counts.get(topic, 0) + messages
             self.host.published(self)
         return end
@@ -170,5 +174,11 @@ class PublishCommands:
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(spans) // SPAN.size
         self.host.published(self)  # health, the producers' board, a full ring's hold
         if not defer_ms and not self.auth.service.enabled:
-            # the next commands on this topic may go by _pub_run (no AUTH to check each time)
-            self._run_topic = topic
+            # the next commands on this topic may go by _pub_run (no AUTH to check each time);
+            # asked again after every publish here: a deleted topic has a new writer
+            run = self.host.run_tail(topic)
+            if run is None:
+                self._run_tail = None
+            else:
+                self._run_tail, self._run_slot = run
+                self._run_topic = topic

@@ -126,7 +126,7 @@ class Acceptor(Role):
         self.send_record = self.endpoint.send
         self.extend_record = self.endpoint.extend_last
         self.publish_spans = self.publisher.publish_spans
-        self.publish_run = self.publisher.publish_run
+        self.run_tail = self.publisher.run_tail
         self.busy_touch = self.busy.touch
         self.ring_hold = RingHold()
         self.endpoint.on_unblocked = self.ring_hold.release
@@ -210,9 +210,13 @@ class Acceptor(Role):
 
     def published(self, conn: V2Connection) -> None:
         """A publish is on disk: note the disk works, show the producer, and hold the
-        publisher while the rings are this full (nsqmp.acceptor.flow.RingHold)."""
-        self.health_ok()
-        self.producers.changed()
+        publisher while the rings are this full (nsqmp.acceptor.flow.RingHold). The first
+        two only once a snapshot of the producers is not already due (at most every
+        FLUSH_INTERVAL while publishes come), or at once after a failure: no call for them
+        after most publishes."""
+        if self._failing or not self.producers.scheduled:
+            self.health_ok()
+            self.producers.changed()
         if self.endpoint.backlog > self.ring_hold.limit:  # checked here: no call per publish
             self.ring_hold.hold(conn)
 
@@ -226,7 +230,7 @@ class Acceptor(Role):
     def health_ok(self) -> None:
         """A disk write worked: noted at most once a second while all is well."""
         now = time.monotonic()
-        if self._failing or now - self._ok_noted > 1.0:  # after every publish: no read of the block
+        if self._failing or now - self._ok_noted > 1.0:  # no read of the block
             self.control.note_success(self.slot)
             self._ok_noted = now
             self._failing = False
@@ -356,10 +360,7 @@ class Acceptor(Role):
     def on_topic_full(self, src: int, rec: bytes) -> None:
         """TOPIC_FULL: publishes to the topic are refused (full) or taken again."""
         topic, full = records.parse_topic_full(rec)
-        if full:
-            self.publisher.full_topics.add(topic)
-        else:
-            self.publisher.full_topics.discard(topic)
+        self.publisher.topic_full(topic, full)
 
     def on_config_set(self, src: int, rec: bytes) -> None:
         """CONFIG_SET: router 0 relays every option changed at run time (PUT /config/... on
@@ -385,7 +386,8 @@ class Acceptor(Role):
             if self.config_overrides:  # router 0 takes them back; others apply them
                 self.endpoint.send(src, records.config(self.config_overrides))
         # the restarted router re-announces the topics that are still full
-        self.publisher.full_topics = {t for t in self.publisher.full_topics if self.router_slot(t) != src}
+        for topic in [t for t in self.publisher.full_topics if self.router_slot(t) == src]:
+            self.publisher.topic_full(topic, False)
         for c in self.connections.values():
             if c.router == src and not c.closed:
                 c.send_sub()

@@ -39,6 +39,7 @@ from nsqmp.acceptor.identify import ClientSettings
 from nsqmp.acceptor.consuming import ConsumeCommands
 from nsqmp.acceptor.publishing import PublishCommands, PubRun
 from nsqmp.acceptor.session import FIN_STATES, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, Params
+from nsqmp.diskqueue.pubrun import SegmentTail
 from nsqmp.ipc import records
 from nsqmp.protocol import errors as E
 from nsqmp.protocol.errors import ClientError, FatalClientError
@@ -132,8 +133,12 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self._send = host.send_record
         self._extend = host.extend_record
         self._publish_spans = host.publish_spans
-        self._publish_run = host.publish_run  # a run of PUB/MPUB in one C call
-        self._run_topic = b""  # the topic of the last publish, once a run may take it
+        # a run of PUB/MPUB on the last publish's topic goes to its segment tail in one C
+        # call (SegmentTail.run), once a publish by a handler found one; its PUBLISH_AT to
+        # the topic's router slot
+        self._run_tail: SegmentTail | None = None
+        self._run_topic = b""
+        self._run_slot = 0
         self._busy_touch = host.busy_touch
         self._scan, self._fins_of = host.parser.scan, host.parser.fins
         self._tls_required = bool(host.tls_required)  # True or "tcp-https": TLS before all but IDENTIFY
@@ -169,7 +174,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
             # from the router): polling after them only took CPU from the routers
             # (router CPU +19 % in nsqmp bench timer)
             self._busy_touch()
-            if (self._run_topic and not self.buf and self._pubs is None and not self.waiting_for
+            if (self._run_tail is not None and not self.buf and self._pubs is None and not self.waiting_for
                     and not self.closed and data.startswith(_RUN_HEADS)):
                 # a publisher's read that starts with its run, taken from the read itself:
                 # nothing is copied into the buffer, and process() runs only for the rest
@@ -264,7 +269,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
                 # only IDENTIFY (which ends the batch when it upgrades) changes self.tls
                 tls_gate = self._tls_required and not self.tls  # true or tcp-https
                 # 0. a publisher's run of PUB/MPUB on its last topic: one C call to the segment
-                if self._run_topic and self._pubs is None and buf.startswith(_RUN_HEADS, pos):
+                if self._run_tail is not None and self._pubs is None and buf.startswith(_RUN_HEADS, pos):
                     end = self._pub_run(buf, pos)
                     if end != pos:
                         pos = end

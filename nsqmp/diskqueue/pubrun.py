@@ -11,11 +11,17 @@ they are at most PUB_RUN_MAPPED_MAX bytes and fit, else with one pwrite (``fd < 
 written). It stops before the first command that is not of that form, is incomplete, or
 would not fit in ``room``; see native/pubrun.c for the exact rules. Returns
 ``(end, commands, messages, written, ms, seq, status)``.
+
+``SegmentTail`` is the twin of native/segtail.c: the file state of a segment writer
+with what a run needs (topic, ids, limits, the PUBLISH_AT template), so that a
+connection's run is one call, ``tail.run(buf, pos)``.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
+import time
 from typing import TYPE_CHECKING
 
 from nsqmp.diskqueue.pyencoder import crc32c
@@ -135,3 +141,79 @@ def pub_run(buf: Buffer, pos: int, topic: bytes, fd: int, file_pos: int, room: i
         while done < len(run.out):
             done += os.pwrite(fd, memoryview(run.out)[done:], file_pos + done)
     return at, commands, messages, len(run.out), run.ms, run.seq, status
+
+
+class SegmentTail:
+    """Twin of native/segtail.c's SegmentTail: where an acceptor appends to one topic's
+    segment file, with what a publish run needs (native/segtail.c's comment says what
+    each part is). The window is a Python mmap of the file."""
+
+    def __init__(self, topic: bytes = b"", ids=None, max_msg: int = 0, max_body: int = 0,
+                 fields: tuple[int, int, int] = (0, 0, 0), window: int = 4 << 20) -> None:
+        if window <= 0 or window % mmap.PAGESIZE or min(fields) < 0:
+            raise ValueError("window must be a positive multiple of the page, fields >= 0")
+        self.topic, self.ids, self.max_msg, self.max_body = bytes(topic), ids, max_msg, max_body
+        self._fields, self._window = fields, window
+        self.head: bytes | None = None
+        self.on_sync = None
+        self.fd, self.pos, self.end, self.unsynced, self.sync_every = -1, 0, 0, 0, 0
+        self.taking = True
+        self._map: mmap.mmap | None = None
+        self.window_start = self.window_len = 0
+
+    def attach(self, fd: int, pos: int, end: int, head: bytes | None) -> None:
+        if head is not None and any(at + n > len(head) for at, n in zip(self._fields, (8, 4, 4))):
+            raise ValueError("head is shorter than its fields")
+        self._unmap()
+        self.fd, self.pos, self.end, self.head = fd, pos, end, head
+
+    def detach(self) -> None:
+        self._unmap()
+        self.fd, self.head = -1, None
+
+    def run(self, buf: Buffer, pos: int) -> tuple[int, int, int, bytes | None]:
+        if not 0 <= pos <= len(buf):
+            raise ValueError("pos outside the buffer")
+        if not self.taking or self.fd < 0 or self.head is None or self.ids is None or not self.topic:
+            return pos, 0, 0, None
+        at = self.pos
+        win_end = self.window_start + self.window_len
+        if self._map is None or at < self.window_start or (
+                win_end - at < PUB_RUN_MAPPED_MAX and win_end < self.end):
+            self._remap(at)
+        ids = self.ids
+        end, commands, messages, size, ms, seq, _ = pub_run(
+            buf, pos, self.topic, self.fd, at, self.end - at, self.max_msg, self.max_body,
+            time.time_ns(), ids.node, ids.ms, ids.seq, self._map, at - self.window_start)
+        if not commands:
+            return pos, 0, 0, None
+        ids.ms, ids.seq = ms, seq
+        self.pos = at + size
+        self.unsynced += 1
+        record = bytearray(self.head)
+        for at_field, fmt, value in zip(self._fields, ("<Q", "<I", "<I"), (at, messages, size)):
+            struct.pack_into(fmt, record, at_field, value)
+        if self.sync_every == 1:
+            os.fdatasync(self.fd)
+            self.unsynced = 0
+        elif self.sync_every > 0 and self.unsynced >= self.sync_every and self.on_sync is not None:
+            self.on_sync()
+        return end, commands, messages, bytes(record)
+
+    def _remap(self, at: int) -> None:
+        self._unmap()
+        start = at - at % mmap.PAGESIZE
+        length = min(self.end - start, self._window)
+        if length <= 0:
+            return
+        try:
+            self._map = mmap.mmap(self.fd, length, offset=start)
+        except OSError:
+            return  # runs go by pwrite
+        self.window_start, self.window_len = start, length
+
+    def _unmap(self) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._map = None
+        self.window_start = self.window_len = 0

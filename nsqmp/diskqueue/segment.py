@@ -22,11 +22,16 @@ ordinary OSError (ENOSPC) that becomes E_PUB_FAILED / HTTP 500 before any byte o
 batch is written, so a full disk never leaves half a batch (nor, as a write through a
 mapping into a hole would, a SIGBUS).
 
-A run of PUB/MPUB from a connection's read buffer (append_run) is framed and encoded by
-one C call (encoder.pub_run). A run of up to PUB_RUN_MAPPED_MAX bytes (a few one-message
-PUBs) is copied into a shared mapping of the file, a window of WINDOW bytes of the
-reserved space moved on as the file fills (munmap, mmap), so the acceptor's resident
-memory holds at most one window per topic, not the file; a longer run is one pwrite.
+The writer's file state (descriptor, position, the end of the reserved space, appends
+not yet synced) lives in its SegmentTail (native/segtail.c; twin in pubrun.py), which a
+connection's run of PUB/MPUB reaches without this class: SegmentTail.run() frames,
+checks, stamps, encodes and appends a run from the read buffer in one C call, and gives
+the PUBLISH_AT for it (head_of(seq) is that record's template, from the acceptor). It
+takes nothing that needs a roll or a growth: append() does those, and the tail goes on
+from there. A run of up to PUB_RUN_MAPPED_MAX bytes (a few one-message PUBs) is copied
+into a shared mapping of the file, a window of WINDOW bytes of the reserved space moved
+on as the file fills (munmap, mmap), so the acceptor's resident memory holds at most one
+window per topic, not the file; a longer run is one pwrite.
 Measured (issue 24, 2026-11-25, nsq's bench_writer, 5 s runs alternated, the acceptor's
 CPU per message from /proc):
 - one-message PUBs on 4 connections: 15.5 us per PUB through the mapping against 16.7 us
@@ -53,12 +58,12 @@ import mmap
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import crc32c as _crc32c
 
-from nsqmp.diskqueue.encoder import PUB_RUN_MAPPED_MAX, pub_run
+from nsqmp.diskqueue.encoder import SegmentTail
 from nsqmp.diskqueue.synctimes import SYNCS
 from nsqmp.layouts import (DEFER, DUE, LENGTH_MASK, MESSAGE_HEAD, RECORD_HEAD, SEGMENT_HEADER,
                             SEGMENT_HEADER_SIZE, SEGMENT_MAGIC, SEGMENT_VERSION)
@@ -166,7 +171,10 @@ def iter_blob(blob: bytes | memoryview) -> Iterator[tuple[int, bytes, int]]:
 class SegmentWriter:
     """Appends batches for one (topic, acceptor); owns the current segment's descriptor."""
 
-    def __init__(self, topic_dir: str, acceptor: int, max_bytes: int, sync_every: int) -> None:
+    def __init__(self, topic_dir: str, acceptor: int, max_bytes: int, sync_every: int,
+                 tail: SegmentTail | None = None, head_of: Callable[[int], bytes] | None = None) -> None:
+        """tail: the SegmentTail that publish runs take (the acceptor's, bound to a topic);
+        head_of(seq): the PUBLISH_AT record for a run into file seq (without it, no run)."""
         self.topic_dir = topic_dir
         self.acceptor = acceptor
         self.max_bytes = max(max_bytes, HEADER_SIZE + 4096)
@@ -177,14 +185,20 @@ class SegmentWriter:
         # Sequence numbers are never reused (the ack log names records by them): the
         # router never deletes an acceptor's newest file, so the maximum on disk only grows.
         self.seq = 1 + max((p[1] for p in existing if p and p[0] == acceptor), default=-1)
+        # the file's state that runs share (fd, position, reserved end, appends unsynced)
+        self.tail = tail if tail is not None else SegmentTail(window=WINDOW)
+        self.tail.sync_every = sync_every
+        self.tail.on_sync = self.sync
+        self._head_of = head_of
         self._fd = -1
         self._path = ""
         self._size = 0
-        self.pos = 0
-        self._unsynced = 0
         self._last_job: Future | None = None  # the newest background sync (or sync and close)
-        self._map: mmap.mmap | None = None  # append_run's window of the current file
-        self._win = 0  # the file offset where the window starts
+
+    @property
+    def pos(self) -> int:
+        """Where the next append goes."""
+        return self.tail.pos
 
     def _open(self, at_least: int) -> None:
         path = segment_path(self.topic_dir, self.acceptor, self.seq)
@@ -200,76 +214,39 @@ class SegmentWriter:
         self._path = path
         self._size = size
         self._pwrite(HEADER.pack(MAGIC, VERSION, self.acceptor, self.seq), 0)
-        self.pos = HEADER_SIZE
+        self.tail.attach(fd, HEADER_SIZE, self._run_end(),
+                         self._head_of(self.seq) if self._head_of is not None else None)
+
+    def _run_end(self) -> int:
+        """Where a run's records must end: in the reserved space, with room for the zero
+        length word after them, and within max-bytes-per-file."""
+        return min(self._size - RECORD_HEAD.size, self.max_bytes)
 
     def append(self, blob: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Write one batch (encoded records); returns (seq, offset) of its first record."""
         need = len(blob)
-        if self._fd >= 0 and self.pos + need > self.max_bytes and self.pos > HEADER_SIZE:
+        tail = self.tail
+        if self._fd >= 0 and tail.pos + need > self.max_bytes and tail.pos > HEADER_SIZE:
             self._roll(HEADER_SIZE + need + RECORD_HEAD.size)
         if self._fd < 0:
             self._open(HEADER_SIZE + need + RECORD_HEAD.size)
-        end = self.pos + need
+        offset = tail.pos
+        end = offset + need
         if end + RECORD_HEAD.size > self._size:
             step = max(_GROW_STEP, min(self._size, _GROW_MAX))
             new_size = max(min(self._size + step, max(self.max_bytes, end + 8)), end + RECORD_HEAD.size)
             os.posix_fallocate(self._fd, self._size, new_size - self._size)  # ENOSPC: nothing written
             self._size = new_size
-        offset = self.pos
+            tail.end = self._run_end()
         self._pwrite(blob, offset)
-        self.pos = end
-        self._unsynced += 1
+        tail.pos = end
+        tail.unsynced += 1
         if self.sync_every == 1:  # strict: this append's OK waits for its sync
             os.fdatasync(self._fd)
-            self._unsynced = 0
-        elif self.sync_every and self._unsynced >= self.sync_every:
+            tail.unsynced = 0
+        elif self.sync_every and tail.unsynced >= self.sync_every:
             self.sync()
         return self.seq, offset
-
-    def append_run(self, buf: bytes | bytearray, pos: int, topic: bytes, max_msg: int, max_body: int,
-                   ids) -> tuple[int, int, int, int, int]:
-        """A run of PUB/MPUB for topic from buf[pos:] appended as one batch, in one C call
-        (encoder.pub_run; ids: the acceptor's IdGenerator, whose state it advances).
-        Returns (end, commands, messages, offset, size): nothing is taken (commands 0)
-        when the file is not open or the first command does not fit before a roll or a
-        growth: append() does those. Raises OSError as append() does."""
-        if self._fd < 0:
-            return pos, 0, 0, 0, 0
-        offset = self.pos
-        end_room = min(self._size - RECORD_HEAD.size, self.max_bytes)
-        win = self._map
-        if win is None or offset < self._win or (
-                self._win + len(win) - offset < PUB_RUN_MAPPED_MAX and self._win + len(win) < end_room):
-            win = self._map_window(offset)
-        room = end_room - offset
-        end, commands, messages, size, ms, seq, _ = pub_run(
-            buf, pos, topic, self._fd, offset, room, max_msg, max_body, time.time_ns(), ids.node,
-            ids.ms, ids.seq, win, offset - self._win)
-        if not commands:
-            return pos, 0, 0, 0, 0
-        ids.ms, ids.seq = ms, seq
-        self.pos = offset + size
-        self._unsynced += 1
-        if self.sync_every == 1:  # strict: the run's OKs wait for its sync
-            os.fdatasync(self._fd)
-            self._unsynced = 0
-        elif self.sync_every and self._unsynced >= self.sync_every:
-            self.sync()
-        return end, commands, messages, offset, size
-
-    def _map_window(self, offset: int) -> mmap.mmap:
-        """Map the reserved space of the current file from offset's page on (WINDOW bytes at
-        most), in place of the previous window."""
-        self._unmap()
-        start = offset - offset % mmap.ALLOCATIONGRANULARITY
-        self._map = mmap.mmap(self._fd, min(WINDOW, self._size - start), offset=start)
-        self._win = start
-        return self._map
-
-    def _unmap(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
 
     def _pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         with memoryview(data) as view:
@@ -279,35 +256,35 @@ class SegmentWriter:
 
     def sync(self) -> None:
         """fdatasync what was written since the last sync, on the background thread."""
-        if self._fd < 0 or not self._unsynced:
+        if self._fd < 0 or not self.tail.unsynced:
             return
         self._last_job = in_background(sync_file, self._fd, self._path, False)
-        self._unsynced = 0
+        self.tail.unsynced = 0
 
     def _roll(self, at_least: int) -> None:
         """Go on in the next file; the full one's last sync and its close happen in the
         background, once the next one exists (creating a file waits for a journal commit
         that a big sync is holding)."""
         fd, path = self._fd, self._path
-        self._unmap()
+        self.tail.detach()
         self._fd = -1  # if the next file cannot be made, the next append tries again
         self.seq += 1
         try:
             self._open(at_least)
         finally:
             self._last_job = in_background(sync_file, fd, path, True)
-            self._unsynced = 0
+            self.tail.unsynced = 0
 
     def close(self) -> None:
         """Sync and close now (a stop): after every background job of this writer."""
         if self._last_job is not None:
             self._last_job.result()
             self._last_job = None
-        self._unmap()
+        self.tail.detach()
         if self._fd >= 0:
-            if self._unsynced:
+            if self.tail.unsynced:
                 os.fdatasync(self._fd)
-                self._unsynced = 0
+                self.tail.unsynced = 0
             os.close(self._fd)
             self._fd = -1
 

@@ -87,6 +87,9 @@ MEMORY_ONLY = 0xFFFFFFFF  # seg_seq of a PUBLISH whose messages are in no file (
 
 PUBLISH_HEAD = struct.Struct("<BHIQIB")
 PUBLISH_AT_HEAD = struct.Struct("<BHIQIIB")
+# where PUBLISH_AT_HEAD's offset (u64), count and size (u32) are: a segment tail fills
+# them in a copy of publish_at(acceptor, seq, 0, 0, 0, topic) (native/segtail.c)
+PUBLISH_AT_FIELDS = (struct.calcsize("<BHI"), struct.calcsize("<BHIQ"), struct.calcsize("<BHIQI"))
 CONN = struct.Struct("<BQ")
 CONN_U32 = struct.Struct("<BQI")
 CONN_ID = struct.Struct("<BQ16s")

@@ -6,9 +6,14 @@ Each acceptor is its own generator with node = (node_id + acceptor index) % 1024
 acceptors never mint the same ID. When the 12-bit sequence runs out inside one
 millisecond the generator borrows from the next millisecond instead of sleeping, which
 keeps IDs unique and increasing.
+
+IdGenerator is native/ids.c's unless NSQMP_PURE_PYTHON=1 or the extension is not built:
+a publish run (native/segtail.c) mints IDs from its state in place. The class below is
+the reference and the twin (PyIdGenerator); the tests run both.
 """
 from __future__ import annotations
 
+import os
 import time
 
 _EPOCH_MS = 1288834974657
@@ -34,6 +39,15 @@ class IdGenerator:
         first = self.ms << 22 | self.node << 12 | self.seq
         self.seq += count
         return first
+
+
+PyIdGenerator = IdGenerator  # the reference (and the twin of native/ids.c)
+if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
+    try:  # the C one: the segment tail (native/segtail.c) advances its state in place
+        from nsqmp._native import IdGenerator as _NativeIdGenerator
+        IdGenerator = _NativeIdGenerator  # type: ignore[misc,assignment]
+    except ImportError:  # extension not built
+        pass
 
 
 def hex_id(value: int) -> bytes:

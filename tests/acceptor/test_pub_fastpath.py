@@ -319,13 +319,14 @@ def test_a_read_that_starts_with_a_run_is_taken_from_the_read_itself():
     conn, transport, host = connect()
     calls: list[type] = []
 
-    def publish_run(topic, buf, pos):
-        calls.append(type(buf))
-        end, commands, messages, *_ = twin.pub_run(buf, pos, topic, -1, 0, 1 << 20, MAX_MSG, MAX_BODY,
-                                                   TS, 5, 0, 0)
-        return end, commands, messages
+    class Tail:  # a segment tail that writes nothing: twin.pub_run's framing and counts
+        def run(self, buf, pos):
+            calls.append(type(buf))
+            end, commands, messages, *_ = twin.pub_run(buf, pos, b"t", -1, 0, 1 << 20, MAX_MSG, MAX_BODY,
+                                                       TS, 5, 0, 0)
+            return end, commands, messages, b"at" if commands else None
 
-    conn._publish_run = publish_run
+    host.run_tail = lambda topic: (Tail(), 7) if topic == b"t" else None
     conn.data_received(wire.pub("t", b"first"))  # its handler: the run may take the next ones
     assert responses(transport) == [b"OK"] and host.publishes[0][:2] == (b"t", [b"first"])
     conn.data_received(wire.pub("t", b"a") * 3)
@@ -338,3 +339,5 @@ def test_a_read_that_starts_with_a_run_is_taken_from_the_read_itself():
     conn.data_received(third[5:])  # the buffer is not empty: the parse loop's run takes it
     assert responses(transport) == [b"OK"] and calls[3:] == [bytearray] and not conn.buf
     assert conn.pub_counts == {b"t": 7}
+    # each run that took commands sent its PUBLISH_AT to the topic's slot
+    assert [rec for slot, rec in host.records if slot == 7] == [b"at"] * 3

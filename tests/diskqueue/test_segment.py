@@ -12,6 +12,7 @@ from nsqmp.diskqueue.segment import (
     HEADER_SIZE, ScanStats, SegmentWriter, encode, iter_blob, parse_name, scan, segment_path,
 )
 from nsqmp.protocol.frames import MESSAGE_HEADER
+from tests.harness import native_module
 
 
 def message(i: int, size: int = 100) -> bytes:
@@ -152,27 +153,34 @@ def test_sync_every_one_syncs_in_place_and_others_in_the_background(tmp_path):
     for a background job); a larger value hands its syncs to the background thread."""
     strict = SegmentWriter(str(tmp_path / "strict"), 0, 1 << 20, 1)
     strict.append(encode([bytes(26) + b"a"]))
-    assert strict._unsynced == 0 and strict._last_job is None
+    assert strict.tail.unsynced == 0 and strict._last_job is None
     strict.close()
     lazy = SegmentWriter(str(tmp_path / "lazy"), 0, 1 << 20, 2)
     lazy.append(encode([bytes(26) + b"a"]))
-    assert lazy._unsynced == 1 and lazy._last_job is None
+    assert lazy.tail.unsynced == 1 and lazy._last_job is None
     lazy.append(encode([bytes(26) + b"b"]))
-    assert lazy._unsynced == 0 and lazy._last_job is not None
+    assert lazy.tail.unsynced == 0 and lazy._last_job is not None
     lazy.close()
     assert lazy._last_job is None
 
 
-def test_runs_go_through_a_moving_window_across_growths_and_rolls(tmp_path, monkeypatch):
-    """append_run encodes into a mapping of WINDOW bytes that moves on as the file fills;
-    the general path's appends (pwrite) interleave; every record lands once, in order."""
+@pytest.mark.parametrize("impl", ["native", "python"])
+def test_runs_go_through_a_moving_window_across_growths_and_rolls(tmp_path, impl):
+    """A segment tail's runs go into a mapping of `window` bytes that moves on as the file
+    fills; the general path's appends (pwrite) interleave; every record lands once, in
+    order, and each run's PUBLISH_AT says where its records are."""
     from nsqmp.client import wire
-    from nsqmp.diskqueue import segment
-    from nsqmp.protocol.ids import IdGenerator
+    from nsqmp.diskqueue import pubrun
+    from nsqmp.ipc import records
+    from nsqmp.protocol import ids as id_module
 
-    monkeypatch.setattr(segment, "WINDOW", 64 << 10)
-    w = SegmentWriter(str(tmp_path), 0, 1 << 21, 0)
-    ids = IdGenerator(5)
+    if impl == "native":
+        native = native_module("SegmentTail")
+        tail_type, ids = native.SegmentTail, native.IdGenerator(5)
+    else:
+        tail_type, ids = pubrun.SegmentTail, id_module.PyIdGenerator(5)
+    tail = tail_type(b"t", ids, 1 << 20, 1 << 22, records.PUBLISH_AT_FIELDS, 64 << 10)
+    w = SegmentWriter(str(tmp_path), 0, 1 << 21, 0, tail, lambda seq: records.publish_at(0, seq, 0, 0, 0, b"t"))
     rng = random.Random(11)
     expected: list[bytes] = []
     windows = set()
@@ -186,12 +194,16 @@ def test_runs_go_through_a_moving_window_across_growths_and_rolls(tmp_path, monk
         for b in bodies:
             if pos == len(buf):
                 break
-            end, commands, messages, offset, size = w.append_run(buf, pos, b"t", 1 << 20, 1 << 22, ids)
+            at = w.pos
+            end, commands, messages, record = w.tail.run(buf, pos)
             if commands:
-                assert w._map is not None and len(w._map) <= segment.WINDOW
-                windows.add(w._win)
+                assert 0 < w.tail.window_len <= 64 << 10
+                windows.add(w.tail.window_start)
+                assert records.parse_publish_at(record) == (0, w.seq, at, messages, w.pos - at, b"t")
+                assert messages == commands  # PUBs only
                 pos = end
                 continue
+            assert record is None and end == pos
             # what the general path does with the first command: a growth or a roll
             (n,) = struct.unpack_from(">i", buf, pos + 6)
             w.append(encode([MESSAGE_HEADER.pack(0, 0, b"%016x" % 0) + bytes(buf[pos + 10:pos + 10 + n])]))
@@ -199,6 +211,7 @@ def test_runs_go_through_a_moving_window_across_growths_and_rolls(tmp_path, monk
         expected += bodies
         k += len(bodies)
     w.close()
+    assert w.tail.fd == -1 and w.tail.window_len == 0 and w.tail.run(b"PUB t\n", 0) == (0, 0, 0, None)
     got = []
     for seq in range(w.seq + 1):
         got += [p[MESSAGE_HEADER.size:] for _, p, _ in scan(segment_path(str(tmp_path), 0, seq))]

@@ -116,8 +116,13 @@ class BusyPoll:
         # the loop slept before this work: would a longer window have caught it?
         now = self._clock()
         if now < self._hold_until or (self.pressure is not None and self.pressure.check(now)):
+            # no window may start: no tick either (it would only note the end of this
+            # work, a Python call and a loop callback per turn of a busy loop: 0.45 us,
+            # about 4 % of a one-message PUB's acceptor CPU on 4 connections)
             self.window_ns = 0
-        elif now - self._idle_since <= self.max_ns:
+            self._idle_since = now
+            return
+        if now - self._idle_since <= self.max_ns:
             self.window_ns = min(self.max_ns, max(2 * self.window_ns, _START_NS))
         elif self.window_ns:
             self.window_ns = 0 if self.window_ns < 2 * _START_NS else self.window_ns // 2

@@ -197,6 +197,12 @@ def test_no_window_starts_while_the_pressure_is_high(tmp_path):
     work(loop, poll, after=20 * MS)
     work(loop, poll, after=10 * US)
     assert poll.window_ns == 0 and pressure.high
+    # and work then queues no tick: a busy loop pays no callback per turn for a window
+    # that cannot start
+    loop.now += 10 * US
+    poll.touch()
+    poll.touch()
+    assert loop.ready == []
     pressure.close()
 
 

@@ -124,7 +124,7 @@ def sync_file(fd: int, path: str, close: bool = False) -> None:
 
 MAGIC, VERSION, HEADER, HEADER_SIZE = SEGMENT_MAGIC, SEGMENT_VERSION, SEGMENT_HEADER, SEGMENT_HEADER_SIZE
 MIN_PAYLOAD = MESSAGE_HEAD.size  # the shortest record payload: a message header, empty body
-WINDOW = 4 << 20  # bytes of a file mapped at a time for append_run (a multiple of the page)
+WINDOW = 4 << 20  # bytes of a file mapped at a time for publish runs (a multiple of the page)
 _GROW_STEP = 1 << 20
 _GROW_MAX = 8 << 20
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import os
 import re
 import socket
 import struct
 import time
+import tracemalloc
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +19,8 @@ from nsqmp.client import Connection, wire
 from nsqmp.ipc import pyring, shm
 from nsqmp.launcher import Broker
 
-__all__ = ["Broker", "assert_fatal", "await_for", "built_module", "native_module", "nothing_within", "queued_kinds", "wait_for"]
+__all__ = ["Broker", "assert_fatal", "await_for", "built_module", "memory_kept_by", "native_module", "nothing_within",
+           "queued_kinds", "wait_for"]
 
 
 def built_module(module: str, name: str):
@@ -35,6 +38,24 @@ def built_module(module: str, name: str):
 def native_module(name: str):
     """nsqmp._native for a test of its `name` (built_module)."""
     return built_module("nsqmp._native", name)
+
+
+def memory_kept_by(once: Callable[[], object], times: int = 100_000, warmup: int = 1000) -> int:
+    """Bytes of traced memory still held after `times` calls of once(), the first `warmup`
+    calls and a collection done before counting: a C function that leaks an object per
+    call keeps megabytes, one that does not keeps a few kilobytes of the allocator's."""
+    for _ in range(warmup):
+        once()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(times):
+            once()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05,

@@ -9,7 +9,6 @@ import os
 import random
 import sys
 import time
-import tracemalloc
 
 import pytest
 
@@ -19,7 +18,7 @@ from nsqmp.diskqueue.segment import iter_blob
 from nsqmp.ipc import records
 from nsqmp.layouts import MESSAGE_HEAD
 from nsqmp.protocol import ids as id_module
-from tests.harness import native_module
+from tests.harness import memory_kept_by, native_module
 
 MAX_MSG, MAX_BODY = 1024, 8192
 FIELDS = records.PUBLISH_AT_FIELDS
@@ -222,19 +221,9 @@ def test_no_reference_or_memory_is_leaked(tmp_path):
             except ValueError:
                 pass
 
-        for _ in range(1000):
-            once()
-        gc.collect()
+        once()
         refs = sys.getrefcount(topic)
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            for _ in range(50_000):
-                once()
-            gc.collect()
-            grown = tracemalloc.get_traced_memory()[0] - before
-        finally:
-            tracemalloc.stop()
+        grown = memory_kept_by(once, times=50_000)
         assert sys.getrefcount(topic) == refs
         assert grown < 64 * 1024, grown
     finally:

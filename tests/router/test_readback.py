@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +21,7 @@ from nsqmp.router import filequeue
 from nsqmp.router import pyreadback as py
 from nsqmp.router import readback as chooser
 from nsqmp.router.topic import Segment
-from tests.harness import native_module
+from tests.harness import memory_kept_by, native_module
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -322,19 +321,9 @@ def test_no_reference_or_memory_is_leaked():
         except TypeError:
             pass
 
-    for _ in range(1000):
-        once()
-    gc.collect()
+    once()
     refs = sys.getrefcount(seg)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(100_000):
-            once()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = memory_kept_by(once)
     assert sys.getrefcount(seg) == refs
     assert grown < 64 * 1024, grown  # a leak of one object per loop would be megabytes
 

@@ -10,7 +10,7 @@ setup(
                      "native/ring.c", "native/heap.c", "native/parser.c",
                      "native/publish.c", "native/readback.c", "native/acklog.c",
                      "native/inflight.c", "native/finrun.c", "native/timerfd.c", "native/pubrun.c",
-                     "native/ids.c", "native/segtail.c"],
+                     "native/ids.c", "native/segtail.c", "native/coalesce.c"],
             depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
                      "native/readback.h", "native/message.h", "native/layouts.h", "native/flight.h",
                      "native/finrun.h", "native/pubrun.h", "native/ids.h"],

@@ -21,6 +21,7 @@ int nsqmp_layouts_add(PyObject *module);  /* layouts.c */
 int nsqmp_pubrun_add(PyObject *module);   /* pubrun.c */
 int nsqmp_ids_add(PyObject *module);      /* ids.c */
 int nsqmp_segtail_add(PyObject *module);  /* segtail.c */
+int nsqmp_coalesce_add(PyObject *module); /* coalesce.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -35,6 +36,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_pubrun_add,
     nsqmp_ids_add,
     nsqmp_segtail_add,
+    nsqmp_coalesce_add,
 };
 
 static int

@@ -133,6 +133,11 @@ def pack_frames(
 def pack_members(head: Buffer, members: list, start: int, max_bytes: int, /) -> tuple[bytes, int]:
     """pack_frames over a flight's flat members (message, attempts, ...); indices count messages."""
 
+# coalesce.c (twin: nsqmp.ipc.records.coalesce_publish_at_py)
+def coalesce_publish_at(records: list[bytes], layout: tuple[int, int, int, int, int], /) -> list[bytes]:
+    """records with each run of back-to-back PUBLISH_ATs of one topic and file as one;
+    layout = (kind, offset_at, count_at, size_at, topic_len_at): records.PUBLISH_AT_LAYOUT."""
+
 # acklog.c
 def keep_entries(data: Buffer, live: Buffer, /) -> bytes:
     """The 16-byte ack log entries of data whose acceptor << 32 | seq is in live (sorted u64s)."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 import struct
 from array import array
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nsqmp import _native
 from nsqmp.ipc import records
 
 conns = st.integers(0, 2**64 - 1)
@@ -247,13 +249,24 @@ def _ranges(recs: list[bytes]) -> list[tuple]:
     return out
 
 
-def test_coalesce_joins_back_to_back_publish_ats_of_one_topic_and_file():
+def _native_coalesce(recs):
+    return _native.coalesce_publish_at(recs, records.PUBLISH_AT_LAYOUT)
+
+
+# the join in C (native/coalesce.c) and its pure-Python twin, held to the same cases
+coalescers = pytest.mark.parametrize("coalesce", [_native_coalesce, records.coalesce_publish_at_py],
+                                     ids=["native", "python"])
+
+
+@coalescers
+def test_coalesce_joins_back_to_back_publish_ats_of_one_topic_and_file(coalesce):
     a = [records.publish_at(1, 7, 64, 1, 40, b"t"), records.publish_at(1, 7, 104, 1, 40, b"t"),
          records.publish_at(1, 7, 144, 200, 8000, b"t")]
-    assert _ranges(records.coalesce_publish_at(a)) == [(b"t", 1, 7, 64, 8144, 202)]
+    assert _ranges(coalesce(a)) == [(b"t", 1, 7, 64, 8144, 202)]
 
 
-def test_coalesce_keeps_what_must_stay_apart_and_every_other_record_in_place():
+@coalescers
+def test_coalesce_keeps_what_must_stay_apart_and_every_other_record_in_place(coalesce):
     fin = bytes(records.fin(5, b"0" * 16))
     recs = [
         records.publish_at(0, 3, 64, 1, 40, b"t"),
@@ -264,10 +277,58 @@ def test_coalesce_keeps_what_must_stay_apart_and_every_other_record_in_place():
         records.publish_at(0, 4, 104, 1, 40, b"u"),
         records.publish_at(0, 4, 144, 2, 80, b"u"),
     ]
-    got = records.coalesce_publish_at(recs)
+    got = coalesce(recs)
     assert _ranges(got) == [(b"t", 0, 3, 64, 104, 1), (b"u", 0, 3, 104, 144, 1), (b"u", 0, 3, 150, 190, 1),
                             (b"u", 0, 4, 64, 104, 1), fin, (b"u", 0, 4, 104, 224, 3)]
     assert got[0] is recs[0]  # a record that joins nothing is passed on as it is
+
+
+@coalescers
+def test_coalesce_stops_a_run_before_its_count_or_size_passes_a_u32(coalesce):
+    """The joined record's count and size are u32s: a run that would pass either starts anew."""
+    big = 2**32 - 100
+    by_count = [records.publish_at(0, 1, 64, big, 40, b"t"), records.publish_at(0, 1, 104, 200, 40, b"t")]
+    assert _ranges(coalesce(by_count)) == [(b"t", 0, 1, 64, 104, big), (b"t", 0, 1, 104, 144, 200)]
+    by_size = [records.publish_at(0, 1, 64, 1, big, b"t"), records.publish_at(0, 1, 64 + big, 1, 200, b"t")]
+    assert _ranges(coalesce(by_size)) == [(b"t", 0, 1, 64, 64 + big, 1), (b"t", 0, 1, 64 + big, 264 + big, 1)]
+
+
+@coalescers
+def test_coalesce_of_nothing_and_of_records_that_are_not_publish_ats(coalesce):
+    fin, gone = bytes(records.fin(5, b"0" * 16)), records.gone(9)
+    assert coalesce([]) == []
+    got = coalesce([fin, gone])
+    assert got == [fin, gone] and got[0] is fin
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.sampled_from([b"a", b"bb"]), st.integers(0, 1), st.integers(0, 1), st.integers(1, 3),
+              st.booleans()),
+    st.just(None)), max_size=40))
+def test_native_coalesce_gives_the_twin_s_records(steps):
+    """Any mix of PUBLISH_ATs (two topics, two acceptors, two files, gaps) and other
+    records: the same records out of both, byte for byte, and the same objects where a
+    record joined nothing."""
+    ends: dict[tuple, int] = {}
+    recs = []
+    for step in steps:
+        if step is None:
+            recs.append(records.gone(3))
+            continue
+        topic, acceptor, seq, count, gap = step
+        start = ends.get((topic, acceptor, seq), 64) + (8 if gap else 0)
+        recs.append(records.publish_at(acceptor, seq, start, count, 40 * count, topic))
+        ends[(topic, acceptor, seq)] = start + 40 * count
+    native, twin = _native_coalesce(recs), records.coalesce_publish_at_py(recs)
+    assert native == twin
+    assert [id(r) for r in native if any(r is x for x in recs)] == [id(r) for r in twin if any(r is x for x in recs)]
+
+
+def test_coalesce_refuses_a_layout_whose_fields_overrun_the_head():
+    with pytest.raises(ValueError):
+        _native.coalesce_publish_at([], (records.PUBLISH_AT, 1, 5, 9, 10))
+    with pytest.raises(TypeError):
+        _native.coalesce_publish_at((), records.PUBLISH_AT_LAYOUT)
 
 
 @given(st.lists(st.tuples(st.sampled_from([b"a", b"b"]), st.integers(0, 1), st.integers(1, 3),

@@ -22,6 +22,7 @@ int nsqmp_pubrun_add(PyObject *module);   /* pubrun.c */
 int nsqmp_ids_add(PyObject *module);      /* ids.c */
 int nsqmp_segtail_add(PyObject *module);  /* segtail.c */
 int nsqmp_coalesce_add(PyObject *module); /* coalesce.c */
+int nsqmp_readpath_add(PyObject *module); /* readpath.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -37,6 +38,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_ids_add,
     nsqmp_segtail_add,
     nsqmp_coalesce_add,
+    nsqmp_readpath_add,
 };
 
 static int

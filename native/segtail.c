@@ -21,6 +21,7 @@
  * sync_every-th append calls on_sync() (the writer's background sync);
  * sync_every 1 syncs before run() returns.
  */
+#include "segtail.h"
 #include "pubrun.h"
 
 #include <errno.h>
@@ -194,6 +195,79 @@ put_le(uint8_t *p, uint64_t v, int bytes)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+int
+nsqmp_tail_take(PyObject *tail, const uint8_t *data, Py_ssize_t len, Py_ssize_t pos, TailTaken *out)
+{
+    Tail *self = (Tail *)tail;
+    out->end = pos;
+    out->commands = out->messages = 0;
+    out->record = NULL;
+    Py_ssize_t tlen = PyBytes_GET_SIZE(self->topic);
+    if (!self->taking || self->fd < 0 || self->head == Py_None || self->ids == Py_None || tlen == 0)
+        return 0;
+    long long at = self->pos;
+    long long win_end = self->map_start + self->map_len;
+    if (self->map == NULL || at < self->map_start
+        || (win_end - at < PR_MAPPED_MAX && win_end < self->end))
+        tail_remap(self, at);
+    IdGen *ids = (IdGen *)self->ids;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    Run *r = pr_start((int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, ids->node, ids->ms, ids->seq,
+                      self->end - at);
+    Limits lim = {(const uint8_t *)PyBytes_AS_STRING(self->topic), tlen, self->max_msg, self->max_body};
+    Taken t = pr_take(r, &lim, data, len, pos);
+    if (!t.commands)
+        return 0;
+    /* the GIL is kept: the scratch run is the process's one */
+    if (self->map != NULL && r->len <= PR_MAPPED_MAX && at + (long long)r->len <= self->map_start + self->map_len)
+        memcpy(self->map + (at - self->map_start), r->out, r->len);
+    else if (pr_write_all((int)self->fd, r->out, r->len, at) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);  /* nothing taken: the ids stay as they were */
+        return -1;
+    }
+    ids->ms = r->ms;
+    ids->seq = r->seq;
+    self->pos = at + (long long)r->len;
+    self->unsynced += 1;
+    Py_ssize_t hlen = PyBytes_GET_SIZE(self->head);
+    PyObject *record = PyBytes_FromStringAndSize(NULL, hlen);
+    if (record == NULL)
+        return -1;
+    uint8_t *rec = (uint8_t *)PyBytes_AS_STRING(record);
+    memcpy(rec, PyBytes_AS_STRING(self->head), (size_t)hlen);
+    put_le(rec + self->at_offset, (uint64_t)at, 8);
+    put_le(rec + self->at_count, (uint64_t)t.messages, 4);
+    put_le(rec + self->at_size, (uint64_t)r->len, 4);
+    if (self->sync_every == 1) {  /* strict: the run's OKs wait for its sync */
+        int rc, fd = (int)self->fd;
+        Py_BEGIN_ALLOW_THREADS
+        do {
+            rc = fdatasync(fd);
+        } while (rc < 0 && errno == EINTR);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            Py_DECREF(record);
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        self->unsynced = 0;
+    } else if (self->sync_every > 0 && self->unsynced >= self->sync_every && self->on_sync != NULL
+               && self->on_sync != Py_None) {
+        PyObject *res = PyObject_CallNoArgs(self->on_sync);
+        if (res == NULL) {
+            Py_DECREF(record);
+            return -1;
+        }
+        Py_DECREF(res);
+    }
+    out->end = t.end;
+    out->commands = t.commands;
+    out->messages = t.messages;
+    out->record = record;
+    return 0;
+}
+
 static PyObject *
 tail_run(Tail *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -212,66 +286,14 @@ tail_run(Tail *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "pos outside the buffer");
         return NULL;
     }
-    Py_ssize_t tlen = PyBytes_GET_SIZE(self->topic);
-    if (!self->taking || self->fd < 0 || self->head == Py_None || self->ids == Py_None || tlen == 0) {
-        PyBuffer_Release(&buf);
-        return Py_BuildValue("(niiO)", pos, 0, 0, Py_None);
-    }
-    long long at = self->pos;
-    long long win_end = self->map_start + self->map_len;
-    if (self->map == NULL || at < self->map_start
-        || (win_end - at < PR_MAPPED_MAX && win_end < self->end))
-        tail_remap(self, at);
-    IdGen *ids = (IdGen *)self->ids;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    Run *r = pr_start((int64_t)now.tv_sec * 1000000000LL + now.tv_nsec, ids->node, ids->ms, ids->seq,
-                      self->end - at);
-    Limits lim = {(const uint8_t *)PyBytes_AS_STRING(self->topic), tlen, self->max_msg, self->max_body};
-    Taken t = pr_take(r, &lim, buf.buf, buf.len, pos);
+    TailTaken t;
+    int rc = nsqmp_tail_take((PyObject *)self, buf.buf, buf.len, pos, &t);
     PyBuffer_Release(&buf);
-    if (!t.commands)
-        return Py_BuildValue("(niiO)", pos, 0, 0, Py_None);
-    /* the GIL is kept: the scratch run is the process's one */
-    if (self->map != NULL && r->len <= PR_MAPPED_MAX && at + (long long)r->len <= self->map_start + self->map_len)
-        memcpy(self->map + (at - self->map_start), r->out, r->len);
-    else if (pr_write_all((int)self->fd, r->out, r->len, at) < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);  /* nothing taken: the ids stay as they were */
-    ids->ms = r->ms;
-    ids->seq = r->seq;
-    self->pos = at + (long long)r->len;
-    self->unsynced += 1;
-    Py_ssize_t hlen = PyBytes_GET_SIZE(self->head);
-    PyObject *record = PyBytes_FromStringAndSize(NULL, hlen);
-    if (record == NULL)
+    if (rc < 0)
         return NULL;
-    uint8_t *rec = (uint8_t *)PyBytes_AS_STRING(record);
-    memcpy(rec, PyBytes_AS_STRING(self->head), (size_t)hlen);
-    put_le(rec + self->at_offset, (uint64_t)at, 8);
-    put_le(rec + self->at_count, (uint64_t)t.messages, 4);
-    put_le(rec + self->at_size, (uint64_t)r->len, 4);
-    if (self->sync_every == 1) {  /* strict: the run's OKs wait for its sync */
-        int rc, fd = (int)self->fd;
-        Py_BEGIN_ALLOW_THREADS
-        do {
-            rc = fdatasync(fd);
-        } while (rc < 0 && errno == EINTR);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
-            Py_DECREF(record);
-            return PyErr_SetFromErrno(PyExc_OSError);
-        }
-        self->unsynced = 0;
-    } else if (self->sync_every > 0 && self->unsynced >= self->sync_every && self->on_sync != NULL
-               && self->on_sync != Py_None) {
-        PyObject *res = PyObject_CallNoArgs(self->on_sync);
-        if (res == NULL) {
-            Py_DECREF(record);
-            return NULL;
-        }
-        Py_DECREF(res);
-    }
-    return Py_BuildValue("(nLLN)", t.end, t.commands, t.messages, record);
+    if (t.record == NULL)
+        return Py_BuildValue("(niiO)", pos, 0, 0, Py_None);
+    return Py_BuildValue("(nLLN)", t.end, t.commands, t.messages, t.record);
 }
 
 static PyMethodDef tail_methods[] = {
@@ -305,7 +327,7 @@ static PyMemberDef tail_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyTypeObject TailType = {
+PyTypeObject nsqmp_SegmentTail_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "nsqmp._native.SegmentTail",
     .tp_basicsize = sizeof(Tail),
@@ -324,11 +346,11 @@ static PyTypeObject TailType = {
 int
 nsqmp_segtail_add(PyObject *module)
 {
-    if (PyType_Ready(&TailType) < 0)
+    if (PyType_Ready(&nsqmp_SegmentTail_Type) < 0)
         return -1;
-    Py_INCREF(&TailType);
-    if (PyModule_AddObject(module, "SegmentTail", (PyObject *)&TailType) < 0) {
-        Py_DECREF(&TailType);
+    Py_INCREF(&nsqmp_SegmentTail_Type);
+    if (PyModule_AddObject(module, "SegmentTail", (PyObject *)&nsqmp_SegmentTail_Type) < 0) {
+        Py_DECREF(&nsqmp_SegmentTail_Type);
         return -1;
     }
     return 0;

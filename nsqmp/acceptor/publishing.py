@@ -58,6 +58,7 @@ class PublishCommands:
     _run_tail: SegmentTail | None
     _run_topic: bytes
     _run_slot: int
+    _published: Callable[[object], None]
     _body_ready: Callable[[Params, int, int], None]  # V2Connection's (NeedMore until it is here)
     _body_so_far: Callable[[], tuple[int, int]]
     write: Callable[[bytes], None]
@@ -130,7 +131,7 @@ class PublishCommands:
             self.write(OK_FRAME if commands == 1 else OK_FRAME * commands)
             topic = self._run_topic
             self.pub_counts[topic] = self.pub_counts.get(topic, 0) + messages
-            self.host.published(self)
+            self._published(self)
         return end
 
     def _queue_pub(self, topic: bytes, body_off: int, body_len: int, defer_ms: int, cmd: str) -> None:

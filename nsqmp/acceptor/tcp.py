@@ -37,13 +37,14 @@ from nsqmp.acceptor.heartbeat import Heartbeat
 from nsqmp.acceptor.host import AcceptorSide
 from nsqmp.acceptor.identify import ClientSettings
 from nsqmp.acceptor.consuming import ConsumeCommands
-from nsqmp.acceptor.publishing import PublishCommands, PubRun
+from nsqmp.acceptor.publishing import _DELIVER_FIRST, PublishCommands, PubRun
+from nsqmp.acceptor.readpath import ReadPath
 from nsqmp.acceptor.session import FIN_STATES, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, Params
 from nsqmp.diskqueue.pubrun import SegmentTail
 from nsqmp.ipc import records
 from nsqmp.protocol import errors as E
 from nsqmp.protocol.errors import ClientError, FatalClientError
-from nsqmp.protocol.frames import MAGIC_V2, error
+from nsqmp.protocol.frames import MAGIC_V2, OK_FRAME, error
 from nsqmp.protocol.parser import BODY_INVALID, BODY_PENDING, SCAN_LINE_TOO_LONG, SCAN_MORE
 
 __all__ = ["V2Connection", "COMMANDS", "NeedMore", "Suspended", "fin_run_worth_a_break",
@@ -88,7 +89,7 @@ _CUT_SHORT = {
 }
 
 
-class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
+class V2Connection(ReadPath, PublishCommands, ConsumeCommands, asyncio.Protocol):
     """One client on the TCP port: its buffer, its state, its parse loop."""
 
     def __init__(self, host: AcceptorSide) -> None:
@@ -140,6 +141,7 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self._run_topic = b""
         self._run_slot = 0
         self._busy_touch = host.busy_touch
+        self._published = host.published
         self._scan, self._fins_of = host.parser.scan, host.parser.fins
         self._tls_required = bool(host.tls_required)  # True or "tcp-https": TLS before all but IDENTIFY
 
@@ -158,32 +160,17 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         self.heartbeat.arm()
         log.info("TCP: new client(%s)", self.remote, extra={"remote": self.remote})
 
-    def data_received(self, data: bytes) -> None:
-        """Feed the buffer, then handle every complete command in it."""
-        if self.decode is not None:
-            try:
-                data = self.decode(data)
-            except Exception:  # a corrupt compressed stream cannot be resynchronised
-                log.info("%s: undecodable compressed stream, closing", self.remote)
-                self.close()
-                return
-        self.last_read = time.monotonic()
-        if self.state == STATE_INIT:
-            # a publisher waits for our answer, and sends again soon after it: be awake
-            # then. A consumer's FINs and RDYs wait for nothing from us (its messages come
-            # from the router): polling after them only took CPU from the routers
-            # (router CPU +19 % in nsqmp bench timer)
-            self._busy_touch()
-            if (self._run_tail is not None and not self.buf and self._pubs is None and not self.waiting_for
-                    and not self.closed and data.startswith(_RUN_HEADS)):
-                # a publisher's read that starts with its run, taken from the read itself:
-                # nothing is copied into the buffer, and process() runs only for the rest
-                end = self._pub_run(data, 0)
-                if end == len(data) or self.closed:
-                    return
-                data = data[end:]
-        self.buf += data
-        self.process()
+    # data_received: ReadPath's (native/readpath.c, or its twin nsqmp/acceptor/pyreadpath.py)
+
+    def _decode_read(self, data: bytes) -> bytes | None:
+        """A read of a compressed stream, decompressed; None once an undecodable one closed
+        the connection (a corrupt compressed stream cannot be resynchronised)."""
+        try:
+            return self.decode(data)  # type: ignore[misc]
+        except Exception:
+            log.info("%s: undecodable compressed stream, closing", self.remote)
+            self.close()
+            return None
 
     def eof_received(self) -> bool | None:
         """The client shut its side (nsqd's reads fail with EOF): a command whose body was cut
@@ -391,6 +378,8 @@ class V2Connection(PublishCommands, ConsumeCommands, asyncio.Protocol):
         start = self.buf.index(b"\n", self._pending_at) + 5
         return start, len(self.buf) - start
 
+
+ReadPath.configure(STATE_INIT, FIN_STATES, OK_FRAME, _DELIVER_FIRST)
 
 # one handler per command, keyed by its wire token; each is called (conn, params, body_off, body_len)
 COMMANDS: dict[bytes, Callable[..., None]] = {

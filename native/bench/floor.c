@@ -10,14 +10,23 @@
  * all a bench_writer or nsqmp's bench writer sends), with one write(2) for
  * all of them.  Bodiless commands (NOP, ...) get no answer, as in nsqd.
  *
+ * With a polling time, each thread first looks for the next bytes without
+ * blocking for up to that long after its last answer, and blocks only then:
+ * the wake-up a blocked thread pays on every round trip is what nsqmp's
+ * acceptors (--busy-poll) and Go's runtime (its spinning) avoid, so on one
+ * connection a blocking server is no floor for them; a polling one is.  On more
+ * connections than cores the polling threads take the CPUs from the client.
+ *
  *   stream:  "  V2" then commands:  LINE "\n" [size:u32be body]
  *   answer:  [size=6:u32be][FRAME_RESPONSE=0:u32be]["OK"]
  *
- * Usage: floor [port]  (0 or none: any free port).  Prints "port N\n" on
- * stdout once it listens on 127.0.0.1; runs until killed.
+ * Usage: floor [port [poll_us]]  (port 0 or none: any free port; poll_us 0 or
+ * none: block at once).  Prints "port N\n" on stdout once it listens on
+ * 127.0.0.1; runs until killed.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -26,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAGIC_LEN 4
@@ -33,6 +43,30 @@
 #define OK_LEN 10
 
 static const char OK_FRAME[OK_LEN] = {0, 0, 0, 6, 0, 0, 0, 0, 'O', 'K'};
+static long long poll_ns;  /* how long a thread looks for more before it blocks (0: never) */
+
+static long long
+now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* read(2), after polling for up to poll_ns without blocking */
+static ssize_t
+read_some(int fd, char *p, size_t n)
+{
+    if (poll_ns > 0) {
+        long long until = now_ns() + poll_ns;
+        do {
+            ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+            if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+                return r;
+        } while (now_ns() < until);
+    }
+    return read(fd, p, n);
+}
 
 /* Commands whose line is followed by a size and a body. */
 static int
@@ -70,7 +104,7 @@ serve(void *arg)
     if (buf == NULL || out == NULL)
         goto done;
     for (;;) {
-        ssize_t r = read(fd, buf + have, BUF_SIZE - have);
+        ssize_t r = read_some(fd, buf + have, BUF_SIZE - have);
         if (r <= 0)
             break;
         have += (size_t)r;
@@ -116,6 +150,7 @@ int
 main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 0, one = 1;
+    poll_ns = argc > 2 ? atoll(argv[2]) * 1000LL : 0;
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

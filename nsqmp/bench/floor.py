@@ -4,14 +4,20 @@ One PUB (or bench_writer's one-message MPUB) on a connection waits for its OK, s
 rows measure round trips over loopback between processes that share the machine's cores
 more than they measure a broker. The answer-only server is the least a server can do
 per publish: native/bench/floor.c, a C program (compiled here with ``cc`` on first use,
-into build/bench-floor/), one blocking thread per connection that frames the commands and
-writes OK for each one with a body; no file, no ID, no event loop. Whatever a broker does
-on top shows as its distance to this floor (its rate as a fraction of the floor's).
+into build/bench-floor/), one thread per connection that frames the commands and writes OK
+for each one with a body; no file, no ID, no event loop. Whatever a broker does on top
+shows as its distance to this floor (its rate as a fraction of the floor's).
+
+It runs two ways. Its threads block in read at once (``poll_us`` 0), or first look for
+the next command without blocking for up to ``poll_us`` (POLL_US, nsqmp's --busy-poll
+default): a blocked thread pays a wake-up on every round trip, which nsqmp's acceptors and
+Go's runtime both avoid, so on one connection only the polling server is a floor; on more
+connections than cores its threads take the CPUs from the client and the blocking one is.
 
 If no C compiler is found the server is a uvloop one in Python (``_AnswerOnly``), which
-is slower than the C one: the result says which server ran (``server``).
+is slower than the C one and does not poll: the result says which server ran (``server``).
 
-    nsqmp bench floor [--runfor 10] [--conns 1] [--bench-writer PATH]
+    nsqmp bench floor [--runfor 10] [--conns 1] [--poll-us 0] [--bench-writer PATH]
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 _SOURCE = _ROOT / "native" / "bench" / "floor.c"
 _MAGIC = 4
 _OK = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"  # size 6, FRAME_RESPONSE, "OK"
+POLL_US = 50  # the polling server's look before it blocks: nsqmp's --busy-poll default
 
 
 def program() -> Path | None:
@@ -100,15 +107,16 @@ def _serve_python(ready) -> None:
 
 
 class Server:
-    """The answer-only server, running: ``port``, ``kind`` ("C" or "Python"); stop()."""
+    """The answer-only server, running: ``port``, ``kind`` ("C", "C, polling N us" or
+    "Python"); stop()."""
 
-    def __init__(self, native: bool = True) -> None:
+    def __init__(self, native: bool = True, poll_us: int = 0) -> None:
         exe = program() if native else None
         self.proc: subprocess.Popen | None = None
         self.py: mp.Process | None = None
         if exe is not None:
-            self.kind = "C"
-            self.proc = subprocess.Popen([str(exe), "0"], stdout=subprocess.PIPE, text=True)
+            self.kind = f"C, polling {poll_us} us" if poll_us else "C"
+            self.proc = subprocess.Popen([str(exe), "0", str(poll_us)], stdout=subprocess.PIPE, text=True)
             line = self.proc.stdout.readline() if self.proc.stdout else ""
             if not line.startswith("port "):
                 self.stop()
@@ -138,11 +146,13 @@ class Server:
             self.py.join(10)
 
 
-def measure(runfor: float, conns: int = 1, client: Client | None = None, size: int = 200) -> dict:
+def measure(runfor: float, conns: int = 1, client: Client | None = None, size: int = 200,
+            poll_us: int = 0) -> dict:
     """One-message publishes on conns connections for runfor seconds against the
-    answer-only server, with client (nsqmp's bench client, size-byte messages, by default)."""
+    answer-only server (polling poll_us before it blocks), with client (nsqmp's bench
+    client, size-byte messages, by default)."""
     client = client or OwnClient(size)
-    server = Server()
+    server = Server(poll_us=poll_us)
     try:
         procs = {"floor": server.proc.pid} if server.proc is not None else {}  # the C server's
         result = with_cpu(procs, lambda: client.writer(f"127.0.0.1:{server.port}", "floor", conns, 1, runfor))
@@ -157,12 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runfor", type=float, default=10.0)
     p.add_argument("--conns", type=int, default=1)
     p.add_argument("--size", type=int, default=200)
+    p.add_argument("--poll-us", type=int, default=0,
+                   help=f"the server's threads look for the next command this long before they block "
+                        f"(the suite's polling floor: {POLL_US})")
     p.add_argument("--bench-writer", metavar="PATH",
                    help="nsq's bench_writer as the client (default: nsqmp bench writer)")
     args = p.parse_args(argv)
     client: Client = (NsqTools(args.bench_writer, "", args.size) if args.bench_writer
                       else OwnClient(args.size))
-    r = measure(args.runfor, args.conns, client)
+    r = measure(args.runfor, args.conns, client, args.size, args.poll_us)
     print(f"answer-only server ({r['server']}), one-message publishes, {args.conns} conn(s), "
           f"{client.name}: {r['msgs_per_sec']:,.0f} msgs/s "
           f"({1e6 * args.conns / max(r['msgs_per_sec'], 1):.1f} us per round trip)")

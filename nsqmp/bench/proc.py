@@ -99,24 +99,28 @@ class _Sampler:
             self.seen.update(thread_times(self.procs))
 
 
-def machine_idle() -> tuple[int, int]:
-    """(idle + iowait, all) clock ticks of every CPU since boot, from /proc/stat."""
+def machine_idle() -> tuple[int, int, int]:
+    """(idle + iowait, steal, all) clock ticks of every CPU since boot, from /proc/stat.
+    Steal is the time the hypervisor ran something else while this machine's CPUs had
+    work: on a shared host, the share of a run it took is why that run was slow."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
-    return ticks[3] + ticks[4], sum(ticks[:8])  # guest time is counted in user already
+    return ticks[3] + ticks[4], ticks[7], sum(ticks[:8])  # guest time is counted in user already
 
 
-def _sched(threads0: dict, threads1: dict, machine0: tuple[int, int], machine1: tuple[int, int],
+def _sched(threads0: dict, threads1: dict, machine0: tuple[int, int, int], machine1: tuple[int, int, int],
            wall: float) -> dict:
-    """What held the run back: the machine's idle share (of all its CPUs) and the server's
+    """What held the run back: the machine's idle and stolen shares (of all its CPUs) and the server's
     busiest thread (the one runnable longest), with the shares of the run it ran and it
     waited for a CPU. A thread runnable nearly all the run while CPUs sat idle is the
     limit itself (its work per message, and the CPUs its wake-ups put others on); a busy
     machine with no such thread is the limit of the cores."""
-    idle = (machine1[0] - machine0[0]) / max(1, machine1[1] - machine0[1])
+    ticks = max(1, machine1[2] - machine0[2])
+    idle = (machine1[0] - machine0[0]) / ticks
+    steal = (machine1[1] - machine0[1]) / ticks
     # a thread started during the run (a server's thread per connection) counts from 0
     deltas = {n: (t[0] - threads0.get(n, (0, 0))[0], t[1] - threads0.get(n, (0, 0))[1]) for n, t in threads1.items()}
-    out: dict = {"idle": round(idle, 3)}
+    out: dict = {"idle": round(idle, 3), "steal": round(steal, 3)}
     if deltas and wall > 0:
         (name, _), (ran, waited) = max(deltas.items(), key=lambda kv: kv[1][0] + kv[1][1])
         out.update(thread=name, ran=round(ran / 1e9 / wall, 3), waited=round(waited / 1e9 / wall, 3))

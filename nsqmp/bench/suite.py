@@ -31,11 +31,13 @@ from nsqmp.bench.suitetable import render
 __all__ = ["WORKLOADS", "main", "memory", "one", "write_results"]
 
 _FLOOR = "answer-only server (the round-trip floor, no broker)"
+_POLLING_FLOOR = f"answer-only server polling {floor.POLL_US} us (the round-trip floor, no broker)"
 
 
 def _w(name: str, kind: str, conns: int, batch: int, flags: tuple[str, ...] = (),
-       topic: str = "sub_bench") -> dict:
-    return {"name": name, "kind": kind, "conns": conns, "batch": batch, "flags": flags, "topic": topic}
+       topic: str = "sub_bench", poll_us: int = 0) -> dict:
+    return {"name": name, "kind": kind, "conns": conns, "batch": batch, "flags": flags, "topic": topic,
+            "poll_us": poll_us}
 
 
 # the issue-24 table first (its order), then nsqmp's storage variants
@@ -43,10 +45,13 @@ WORKLOADS = [
     _w("writer MPUB 200, 4 conns", "writer", 4, 200),
     _w("writer MPUB 200, 1 conn", "writer", 1, 200),
     _w("writer PUB, 1 conn", "writer", 1, 1),
-    # no broker: the same client against a server that only answers OK, for the row above
+    # no broker: the same client against a server that only answers OK, for the row above,
+    # its threads blocking in read, and polling first (floor.py: which bounds which row)
     _w(f"writer PUB, 1 conn, {_FLOOR}", "floor", 1, 1),
+    _w(f"writer PUB, 1 conn, {_POLLING_FLOOR}", "floor", 1, 1, poll_us=floor.POLL_US),
     _w("writer PUB, 4 conns", "writer", 4, 1),
     _w(f"writer PUB, 4 conns, {_FLOOR}", "floor", 4, 1),
+    _w(f"writer PUB, 4 conns, {_POLLING_FLOOR}", "floor", 4, 1, poll_us=floor.POLL_US),
     # its rows include the broker's memory after it
     _w("reader, 2 conns, draining", "reader", 2, 0),
     # two rows: in (the writers) and out (the readers)
@@ -111,7 +116,9 @@ def _say(rep: int, reps: int, name: str, label: str, r: dict) -> None:
     out = f", out {r['msgs_out_per_sec']:,.0f}" if "msgs_out_per_sec" in r else ""
     slowest = r.get("slowest_answer_ms")
     wait = "" if slowest is None else f" (slowest answer {slowest:,.1f} ms)"
-    print(f"rep {rep}/{reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s{out}{wait} [{label}]", flush=True)
+    steal = r.get("sched", {}).get("steal", 0)
+    stolen = f" (steal {steal:.0%})" if steal >= 0.005 else ""
+    print(f"rep {rep}/{reps} {name}: {r['msgs_per_sec']:,.0f} msgs/s{out}{wait}{stolen} [{label}]", flush=True)
 
 
 def measure(args, chosen: list[dict], targets: list[Target], client: Client) -> list[dict]:
@@ -123,7 +130,7 @@ def measure(args, chosen: list[dict], targets: list[Target], client: Client) -> 
         for w in chosen:
             if w["kind"] == "floor":
                 try:
-                    r = floor.measure(args.runfor, w["conns"], client)
+                    r = floor.measure(args.runfor, w["conns"], client, poll_us=w["poll_us"])
                 except Exception as exc:  # noqa: BLE001 - reported with the run, then on
                     r = {"error": f"{type(exc).__name__}: {exc}"}
                 sequence = [("floor", r)]

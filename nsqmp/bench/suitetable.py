@@ -124,11 +124,12 @@ def _distances(chosen: list[dict], summary: dict, labels: list[str]) -> list[str
     for w in chosen:
         if w["kind"] != "floor" or w["name"] not in summary:
             continue
-        row = w["name"].split(", answer-only")[0]
+        row, _, server = w["name"].partition(", answer-only server")
+        server = server.split(" (")[0].strip() or "blocking"  # "polling 50 us", or the blocking one
         med = summary[w["name"]]["floor"]
         if row in summary and med:
             parts = [f"{lb} {summary[row][lb] / med:.2f}" for lb in labels if lb in summary[row]]
-            out.append(f"- {row}: the answer-only floor {med:,.0f} msgs/s; of it: {', '.join(parts)}")
+            out.append(f"- {row}: the answer-only floor ({server}) {med:,.0f} msgs/s; of it: {', '.join(parts)}")
     return ["", "Distance to the floor (a broker's rate as a fraction of the floor's, same client):", ""] + out \
         if out else []
 
@@ -178,17 +179,21 @@ def _held_back(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[
 
     def cell(per: list[dict]) -> str:
         idle = statistics.median(p["idle"] for p in per)
+        # runs from before steal was read (their JSON re-rendered) have none
+        steals = [p["steal"] for p in per if "steal" in p]
+        machine = f"idle {idle:.0%}" + (f", steal {max(steals):.0%}" if steals and max(steals) >= 0.005 else "")
         names = [p["thread"] for p in per if "thread" in p]
         if not names:
-            return f"idle {idle:.0%}"
+            return machine
         name = statistics.mode(names)
         ran = statistics.median(p["ran"] for p in per if p.get("thread") == name)
         waited = statistics.median(p["waited"] for p in per if p.get("thread") == name)
-        return f"idle {idle:.0%}; {name.removeprefix('nsqmp ')} ran {ran:.0%}, waited {waited:.0%}"
+        return f"{machine}; {name.removeprefix('nsqmp ')} ran {ran:.0%}, waited {waited:.0%}"
 
     return _per_run_table(
         chosen, runs, labels, "sched", cell,
-        "What held the runs back (medians): the share of the run the machine's CPUs sat idle, "
+        "What held the runs back (medians): the share of the run the machine's CPUs sat idle "
+        "(and the most the hypervisor stole from it in one run, when any: /proc/stat's steal), "
         "and the server's thread that was runnable longest, with the shares of the run it "
         "ran and it waited for a CPU (/proc/<pid>/task/<tid>/schedstat). A thread runnable "
         "nearly throughout while CPUs sat idle is the limit; a machine with no idle time is.")

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -53,9 +54,11 @@ def row(stdout: str, name: str, table: str = "rates") -> list[str]:
 
 
 def held_cell(cell: str) -> None:
-    """`idle N%; <thread> ran N%, waited N%`, the shares between 0 and 100."""
-    idle, _, thread = cell.partition("; ")
+    """`idle N%[, steal N%]; <thread> ran N%, waited N%`, the shares between 0 and 100."""
+    machine, _, thread = cell.partition("; ")
+    idle, _, steal = machine.partition(", steal ")
     assert idle.startswith("idle ") and 0 <= int(idle[5:].rstrip("%")) <= 100, cell
+    assert not steal or 0 <= int(steal.rstrip("%")) <= 100, cell
     name, _, shares = thread.rpartition(" ran ")
     ran, _, waited = shares.partition(", waited ")
     assert name and 0 <= int(ran.rstrip("%")) <= 105 and 0 <= int(waited.rstrip("%")) <= 100, cell
@@ -79,8 +82,10 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
         assert cells[4].startswith("nsqd ") and "; nsqmp " in cells[4]
     floor_cells = row(proc.stdout, FLOOR_PUB1)
     assert floor_cells[1] == floor_cells[2] and "floor (C server)" in floor_cells[4]
-    (distance,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("- writer PUB, 1 conn: the answer-only")]
-    assert "of it: nsqd " in distance and ", nsqmp " in distance  # their fractions of the floor
+    distances = [ln for ln in proc.stdout.splitlines() if ln.startswith("- writer PUB, 1 conn: the answer-only")]
+    assert [d.split("floor (")[1].split(")")[0] for d in distances] == ["blocking", "polling 50 us"]
+    for distance in distances:  # their fractions of each floor
+        assert "of it: nsqd " in distance and ", nsqmp " in distance
     for name in ("writer PUB, 1 conn", "reader, 2 conns, draining"):  # broker / client CPU per message
         for cell in row(proc.stdout, name, "cpu")[1:]:
             broker_us, slash, client_us, allowed = cell.split(" ")
@@ -112,20 +117,26 @@ def test_without_nsqd_it_says_so_and_a_baseline_is_a_third_broker(tmp_path):
     assert "acceptor" in nsqmp_cell  # a publisher's acceptor: the broker's busiest thread
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["C", "Python fallback"])
-def test_the_floor_answers_what_bench_writer_sends(native):
+@pytest.mark.parametrize("native, poll_us, kind", [(True, 0, "C"), (True, floor.POLL_US, "C, polling 50 us"),
+                                                   (False, 0, "Python")],
+                         ids=["C", "C polling", "Python fallback"])
+def test_the_floor_answers_what_bench_writer_sends(native, poll_us, kind):
     """magic, IDENTIFY, a one-message MPUB (bench_writer's "PUB"), PUB, NOP: an OK for each
-    command with a body, nothing for NOP, all in one piece of stream."""
-    server = floor.Server(native)
+    command with a body, nothing for NOP, all in one piece of stream; then, a pause past
+    the polling server's look (its thread blocks), one more PUB answered."""
+    server = floor.Server(native, poll_us)
     try:
-        assert server.kind == ("C" if native else "Python")
+        assert server.kind == kind
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
             s.sendall(wire.MAGIC + wire.identify({"client_id": "writer"}) + wire.mpub("t", [b"a" * 200])
                       + wire.NOP + wire.pub("t", b"b" * 200))
             got = b""
             while len(got) < 30:
                 got += s.recv(100)
-        assert got == b"\x00\x00\x00\x06\x00\x00\x00\x00OK" * 3
+            assert got == b"\x00\x00\x00\x06\x00\x00\x00\x00OK" * 3
+            time.sleep(0.05)
+            s.sendall(wire.pub("t", b"c"))
+            assert s.recv(100) == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
     finally:
         server.stop()
 

@@ -73,7 +73,8 @@ def test_the_suite_names_a_failed_workload_and_goes_on(tmp_path):
     assert "- rep 1, writer MPUB 200, 1 conn: BenchFailed:" in proc.stdout
     rates, _, cpu = proc.stdout.partition("CPU per message moved")
     floor_rows = [line for line in rates.splitlines() if line.startswith("| writer PUB, 1 conn, answer-only")]
-    assert len(floor_rows) == 1 and "failed" not in floor_rows[0]
+    assert len(floor_rows) == 2 and not any("failed" in line for line in floor_rows)  # blocking, polling
+    assert "floor (C, polling 50 us server)" in floor_rows[1]
     # the CPU table has the floor's rows, and none for the failed workload
     cpu_rows = [line for line in cpu.splitlines() if line.startswith("| writer")]
     assert any(line.startswith("| writer PUB, 1 conn, answer-only") for line in cpu_rows), cpu

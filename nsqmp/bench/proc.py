@@ -99,6 +99,11 @@ class _Sampler:
             self.seen.update(thread_times(self.procs))
 
 
+# a suite run from which the hypervisor stole more than this share of the machine's CPU
+# time is run again (suite._unstolen): runs of this machine kind lost up to 30 % to it
+STEAL_MAX = 0.05
+
+
 def machine_idle() -> tuple[int, int, int]:
     """(idle + iowait, steal, all) clock ticks of every CPU since boot, from /proc/stat.
     Steal is the time the hypervisor ran something else while this machine's CPUs had

@@ -12,6 +12,8 @@ import os
 import statistics
 from collections.abc import Callable
 
+from nsqmp.bench.proc import STEAL_MAX
+
 _PSS = "broker memory after the reader, PSS (MiB, all processes)"
 _RSS = "broker memory after the reader, RSS (MiB, all processes)"
 
@@ -86,6 +88,12 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
     lines += _distances(chosen, summary, labels)
     lines += _cpu(chosen, runs, labels)
     lines += _held_back(chosen, runs, labels)
+    again = [(r, s) for r in runs for s in r.get("stolen_runs", ())]
+    if again:
+        lines += ["", f"Runs set aside because the hypervisor stole more than {STEAL_MAX:.0%} of the machine "
+                      "from them (each run again at once; in the JSON as stolen_runs):", ""]
+        lines += [f"- rep {r['rep']}, {r['workload']}, {r['target']}: {short(s['msgs_per_sec'])} msgs/s, "
+                  f"steal {s['sched']['steal']:.0%}" for r, s in again]
     failed = [r for r in runs if "error" in r]
     if failed:
         lines += ["", "Failed runs:", ""] + [f"- rep {r['rep']}, {r['workload']}: {r['error']} ({r['target']})"

@@ -98,3 +98,24 @@ def test_bench_help_lists_every_benchmark_with_defaults():
     writer = subprocess.run([sys.executable, "-m", "nsqmp", "bench", "writer", "--help"], capture_output=True,
                             text=True, timeout=60)
     assert "(default: 127.0.0.1:4150)" in writer.stdout and "(default: 200)" in writer.stdout
+
+
+def test_a_run_the_hypervisor_stole_from_is_run_again():
+    """_unstolen: again while steal is over STEAL_MAX, at most `tries` runs; the runs set
+    aside are kept; a clean or failed run ends it; the last counts if none was clean."""
+    from nsqmp.bench.suite import STEAL_MAX, _unstolen
+
+    def runs(*steals):
+        seq = iter([{"msgs_per_sec": i, "sched": {"steal": st}} for i, st in enumerate(steals)])
+        return lambda: next(seq)
+
+    said: list[dict] = []
+    r = _unstolen(runs(0.3, STEAL_MAX / 2, 0.0), said.append, 3)
+    assert r["msgs_per_sec"] == 1 and [x["msgs_per_sec"] for x in r["stolen_runs"]] == [0]
+    assert [x["again"] for x in said] == [True]
+    r = _unstolen(runs(0.3, 0.2, 0.1, 0.0), said.append, 3)
+    assert r["msgs_per_sec"] == 2 and len(r["stolen_runs"]) == 2  # no clean one in 3: the last
+    assert _unstolen(runs(0.0), said.append, 3) == {"msgs_per_sec": 0, "sched": {"steal": 0.0}}
+    assert "stolen_runs" not in _unstolen(runs(0.5), said.append, 1)  # tries 1: never again
+    failed = iter([{"error": "BenchFailed: x"}])
+    assert _unstolen(lambda: next(failed), said.append, 3) == {"error": "BenchFailed: x"}

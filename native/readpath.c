@@ -43,7 +43,7 @@ typedef struct {
     PyObject *run_topic;    /* _run_topic: its topic */
     PyObject *transport;
     PyObject *pub_counts;   /* dict: messages published per topic */
-    PyObject *send;         /* _send(slot, record): a record for a router */
+    PyObject *send_now;     /* _send_now(slot, record): a run's PUBLISH_AT for its router */
     PyObject *busy_touch;   /* _busy_touch(): work came (busy polling) */
     PyObject *published;    /* _published(conn): the acceptor's note after a publish */
     PyObject *fins_of;      /* _fins_of(buf, pos) -> (ids, end): the parser's fins */
@@ -145,7 +145,7 @@ pub_run(ReadPath *self, const char *p, Py_ssize_t n, Py_ssize_t *end)
     if (slot == NULL)
         goto done;
     PyObject *args[2] = {slot, t.record};
-    res = PyObject_Vectorcall(self->send, args, 2, NULL);
+    res = PyObject_Vectorcall(self->send_now, args, 2, NULL);
     if (res == NULL)
         goto done;
     Py_CLEAR(res);
@@ -352,7 +352,7 @@ rp_traverse(ReadPath *self, visitproc visit, void *arg)
     Py_VISIT(self->run_topic);
     Py_VISIT(self->transport);
     Py_VISIT(self->pub_counts);
-    Py_VISIT(self->send);
+    Py_VISIT(self->send_now);
     Py_VISIT(self->busy_touch);
     Py_VISIT(self->published);
     Py_VISIT(self->fins_of);
@@ -371,7 +371,7 @@ rp_clear(ReadPath *self)
     Py_CLEAR(self->run_topic);
     Py_CLEAR(self->transport);
     Py_CLEAR(self->pub_counts);
-    Py_CLEAR(self->send);
+    Py_CLEAR(self->send_now);
     Py_CLEAR(self->busy_touch);
     Py_CLEAR(self->published);
     Py_CLEAR(self->fins_of);
@@ -403,7 +403,7 @@ static PyMemberDef rp_members[] = {
     M("_run_topic", T_OBJECT, run_topic),
     M("transport", T_OBJECT, transport),
     M("pub_counts", T_OBJECT, pub_counts),
-    M("_send", T_OBJECT, send),
+    M("_send_now", T_OBJECT, send_now),
     M("_busy_touch", T_OBJECT, busy_touch),
     M("_published", T_OBJECT, published),
     M("_fins_of", T_OBJECT, fins_of),

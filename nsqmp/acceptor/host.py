@@ -52,6 +52,9 @@ class AcceptorSide(Protocol):
 
     #: send a record to the ring of a router slot (Endpoint.send)
     send_record: Callable[[int, bytes | bytearray], None]
+    #: the same for a record no later one joins, pushed at once if nothing waits for the
+    #: slot (Endpoint.send_now: a publish run's PUBLISH_AT)
+    send_record_now: Callable[[int, bytes], None]
     #: add bytes to the record last queued for a slot, if it is still the last (Endpoint.extend_last)
     extend_record: Callable[[int, bytearray, bytes, int], bool]
     #: append the bodies at spans of a buffer to the topic's segment (Publisher.publish_spans)

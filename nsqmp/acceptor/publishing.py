@@ -55,6 +55,7 @@ class PublishCommands:
     _eof: bool
     _publish_spans: Callable[[bytes, bytearray, bytes | bytearray, int | list[int]], None]
     _send: Callable[[int, bytes | bytearray], None]
+    _send_now: Callable[[int, bytes], None]
     _run_tail: SegmentTail | None
     _run_topic: bytes
     _run_slot: int
@@ -127,7 +128,7 @@ class PublishCommands:
         except OSError:  # the handler writes the first of them again and answers the error
             return pos
         if commands:
-            self._send(self._run_slot, record)
+            self._send_now(self._run_slot, record)
             self.write(OK_FRAME if commands == 1 else OK_FRAME * commands)
             topic = self._run_topic
             self.pub_counts[topic] = self.pub_counts.get(topic, 0) + messages

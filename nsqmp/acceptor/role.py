@@ -124,6 +124,7 @@ class Acceptor(Role):
         self.parser = Parser(self.opts.max_msg_size, self.opts.max_body_size)
         # the connections' calls on the data path, as bound methods (nsqmp.acceptor.host)
         self.send_record = self.endpoint.send
+        self.send_record_now = self.endpoint.send_now
         self.extend_record = self.endpoint.extend_last
         self.publish_spans = self.publisher.publish_spans
         self.run_tail = self.publisher.run_tail

@@ -132,6 +132,7 @@ class V2Connection(ReadPath, PublishCommands, ConsumeCommands, asyncio.Protocol)
         self._pending_at = 0  # where the line of a command waiting for its body starts
         # the acceptor's calls on the data path, looked up once (see nsqmp.acceptor.host)
         self._send = host.send_record
+        self._send_now = host.send_record_now  # a run's PUBLISH_AT (_pub_run)
         self._extend = host.extend_record
         self._publish_spans = host.publish_spans
         # a run of PUB/MPUB on the last publish's topic goes to its segment tail in one C

@@ -137,6 +137,7 @@ class RecordingAcceptor:
         self.held: list[V2Connection] = []
         self.failure: OSError | None = None  # raised by the next publish
         self.send_record = self._send
+        self.send_record_now = self._send
         self.extend_record = self._extend
         self.publish_spans = self._publish
         self.run_tail = lambda topic: None  # no run: each command goes by its handler

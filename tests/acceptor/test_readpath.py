@@ -231,7 +231,7 @@ def test_the_native_read_path_keeps_nothing_per_read(tmp_path):
         side.tail.attach(side.fd, 64, (64 << 20) - 8, records.publish_at(1, 3, 0, 0, 0, b"t"))
         side.feed([wire.pub("t", b"first")])
         conn = side.conn
-        conn._send = lambda slot, rec: None
+        conn._send = conn._send_now = lambda slot, rec: None
         conn.transport.write = lambda data: None  # type: ignore[method-assign]
         read = wire.pub("t", b"x" * 10) * 2 + wire.NOP
         assert memory_kept_by(lambda: conn.data_received(read), times=30_000) < 64 * 1024

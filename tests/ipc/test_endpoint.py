@@ -280,3 +280,29 @@ def test_a_dropped_oversized_record_does_not_leave_its_ring_blocked(pair, caplog
     assert not acceptor._blocked
     assert unblocked == [True]
     assert "larger than the ring allows" in caplog.text
+
+
+def test_send_now_pushes_at_once_unless_records_wait_and_keeps_the_order(pair):
+    """A record sent now is on the ring before any flush when nothing waits for its slot;
+    behind queued records it waits its turn; a full ring queues it like send()."""
+    acceptor, router, plan = pair
+    slot = plan.router_slot(0)
+    seen: list[bytes] = []
+    acceptor.send_now(slot, b"now")
+    assert router.drain(lambda src, rec: seen.append(rec)) == 1 and seen == [b"now"]
+    assert acceptor.out_peak[slot] > 0
+    acceptor.send(slot, b"queued")
+    acceptor.send_now(slot, b"behind")  # not before "queued"
+    assert router.drain(lambda src, rec: seen.append(rec)) == 0
+    acceptor.flush()
+    assert router.drain(lambda src, rec: seen.append(rec)) == 2 and seen[1:] == [b"queued", b"behind"]
+    ring = acceptor.out[slot]
+    late = b"after the full ring".ljust(64, b".")
+    sent = 0
+    while ring.push(late[:63]):  # fill the ring until a record one byte shorter no longer fits
+        sent += 1
+    acceptor.send_now(slot, late)
+    assert acceptor._pending[slot] == [late]
+    assert router.drain(lambda src, rec: None, max_records=10_000) == sent
+    acceptor.flush()
+    assert router.drain(lambda src, rec: seen.append(rec)) == 1 and seen[-1] == late

@@ -20,7 +20,7 @@ from nsqmp.acceptor.session import FIN_STATES, STATE_INIT
 from nsqmp.acceptor.tcp import V2Connection
 from nsqmp.acceptor.upgrade import compression
 from nsqmp.client import wire
-from nsqmp.diskqueue.pubrun import SegmentTail
+from nsqmp.diskqueue.encoder import SegmentTail  # the native one unless NSQMP_PURE_PYTHON=1
 from nsqmp.ipc import records
 from nsqmp.protocol.frames import OK_FRAME
 from nsqmp.protocol.ids import IdGenerator
@@ -50,6 +50,8 @@ for _impl in (NativeReadPath, PyReadPath):  # as nsqmp.acceptor.tcp does for the
 def test_the_native_read_path_is_the_one_in_use():
     if os.environ.get("NSQMP_PURE_PYTHON") != "1":
         assert readpath.ReadPath is NativeReadPath and V2Connection.data_received is NativeReadPath.data_received
+        # the runs below go to a native tail: the read path calls it in C (segtail.h)
+        assert SegmentTail is native_module("SegmentTail").SegmentTail
     else:
         assert readpath.ReadPath is PyReadPath
 

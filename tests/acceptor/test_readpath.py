@@ -102,6 +102,24 @@ def cut(stream: bytes, points: list[int]) -> list[bytes]:
     return [stream[a:b] for a, b in zip(edges, edges[1:]) if b > a]
 
 
+def same_on_both(tmp, setup: list, reads: list[bytes]) -> None:
+    """A connection on each implementation: the setup (reads, or calls on the side), then
+    the reads; everything either did is the same."""
+    sides = [Side(NativeConnection, str(tmp / "native")), Side(TwinConnection, str(tmp / "twin"))]
+    try:
+        for side in sides:
+            for step in setup:
+                if isinstance(step, bytes):
+                    side.feed([step])
+                else:
+                    step(side)
+            side.feed(reads)
+        assert sides[0].seen() == sides[1].seen()
+    finally:
+        for side in sides:
+            side.close()
+
+
 publisher_commands = st.sampled_from([
     wire.pub("t", b"a"), wire.pub("t", b"bb" * 40), wire.mpub("t", [b"x", b"yy"]),
     wire.pub("u", b"other topic"), wire.NOP, wire.pub("t", b""),  # an empty body: E_BAD_MESSAGE
@@ -112,18 +130,8 @@ publisher_commands = st.sampled_from([
 @settings(max_examples=60, deadline=None)
 @given(st.lists(publisher_commands, min_size=1, max_size=12), st.lists(st.integers(0, 4000), max_size=6))
 def test_a_publisher_s_reads_give_the_same_everything_on_both(tmp_path_factory, commands, points):
-    tmp = tmp_path_factory.mktemp("pub")
-    sides = [Side(NativeConnection, str(tmp / "native")), Side(TwinConnection, str(tmp / "twin"))]
-    try:
-        # the first publish goes by its handler and hands the connection its tail
-        stream = wire.pub("t", b"first") + b"".join(commands)
-        for side in sides:
-            side.feed([wire.pub("t", b"first")])
-            side.feed(cut(stream[len(wire.pub("t", b"first")):], points))
-        assert sides[0].seen() == sides[1].seen()
-    finally:
-        for side in sides:
-            side.close()
+    # the first publish goes by its handler and hands the connection its tail
+    same_on_both(tmp_path_factory.mktemp("pub"), [wire.pub("t", b"first")], cut(b"".join(commands), points))
 
 
 def test_a_run_is_taken_from_the_read_and_the_rest_goes_to_the_parse_loop(pair):
@@ -152,7 +160,7 @@ def test_a_failed_write_leaves_the_command_to_its_handler(pair):
 
 
 def subscribed(side: Side) -> None:
-    side.feed([wire.sub("t", "c") + wire.rdy(8)])
+    """The router's SUB_OK, for a side that sent SUB."""
     side.conn.sub_confirmed()
 
 
@@ -164,20 +172,13 @@ fin_commands = st.sampled_from([wire.fin(i) for i in IDS] + [
 @settings(max_examples=60, deadline=None)
 @given(st.lists(fin_commands, min_size=1, max_size=16), st.lists(st.integers(0, 600), max_size=6))
 def test_a_consumer_s_reads_give_the_same_everything_on_both(tmp_path_factory, commands, points):
-    tmp = tmp_path_factory.mktemp("fin")
-    sides = [Side(NativeConnection, str(tmp / "native")), Side(TwinConnection, str(tmp / "twin"))]
-    try:
-        for side in sides:
-            subscribed(side)
-            side.feed(cut(b"".join(commands), points))
-        assert sides[0].seen() == sides[1].seen()
-    finally:
-        for side in sides:
-            side.close()
+    same_on_both(tmp_path_factory.mktemp("fin"), [wire.sub("t", "c") + wire.rdy(8), subscribed],
+                 cut(b"".join(commands), points))
 
 
 def test_a_read_of_fin_lines_becomes_one_fin_record(pair):
     for side in pair:
+        side.feed([wire.sub("t", "c") + wire.rdy(8)])
         subscribed(side)
         side.host.records.clear()
         side.feed([b"".join(wire.fin(i) for i in IDS[:5]) + wire.fin(IDS[5])[:7]])

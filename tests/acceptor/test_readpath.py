@@ -69,6 +69,8 @@ class Side:
         self.host.run_tail = lambda topic: (self.tail, SLOT) if topic == b"t" else None
         self.calls: list[str] = []
         self.conn = kind(self.host)
+        # a SUB record carries it: the two sides must not differ by the second they were made in
+        self.conn.connect_ts = 1_795_000_000
         self.transport = MemoryTransport()
         self.conn.connection_made(self.transport)
         self.conn.data_received(wire.MAGIC)

@@ -48,8 +48,9 @@ def _run(*argv: str, timeout: float = 120, check: bool = True) -> subprocess.Com
 
 def _pip_mounts() -> list[str]:
     """`-v PATH:PATH:ro` for the host's pip configuration, the CA bundle and the local
-    indexes (with the folder their pages link into), certificates and wheel folders that
-    configuration names: pip inside the build reaches the same indexes as the host's, and
+    indexes (with the folder their pages link into), certificates, wheel folders and
+    constraint files that configuration names (a machine whose pip.conf caps packages
+    with `constraint = FILE` failed the build without it): pip inside the build reaches the same indexes as the host's, and
     nothing of it is baked into the image."""
     files = [os.path.expanduser(p) for p in PIP_CONFIGS + [os.environ.get("PIP_CONFIG_FILE", "")]]
     paths = {p for p in files if p and os.path.isfile(p)} | ({CA_BUNDLE} if os.path.isfile(CA_BUNDLE) else set())
@@ -57,7 +58,8 @@ def _pip_mounts() -> list[str]:
         parser = configparser.ConfigParser(interpolation=None)
         parser.read(conf)
         for section in parser.sections():
-            for key in ("cert", "client-cert", "find-links", "index-url", "extra-index-url"):
+            for key in ("cert", "client-cert", "find-links", "index-url", "extra-index-url", "constraint",
+                        "requirement"):
                 for value in parser.get(section, key, fallback="").split():
                     local = value.removeprefix("file://").rstrip("/")
                     if key.endswith("index-url"):  # a local index's pages link to files beside it

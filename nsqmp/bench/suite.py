@@ -102,7 +102,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-reader", metavar="PATH", help="nsq's bench_reader (with --bench-writer)")
     p.add_argument("--steal-tries", type=int, default=3, metavar="N",
                    help=f"runs of a workload on a broker at most while the hypervisor steals more than "
-                        f"{STEAL_MAX:.0%} of the machine from them (1: never run again)")
+                        f"{STEAL_MAX * 100:.0f} %% of the machine from them (1: never run again)")
     p.add_argument("--baseline", metavar="DIR", help="another nsqmp checkout (built in place), run as a "
                    "third broker with PYTHONPATH=DIR: before / after / nsqd in one command")
     return p

@@ -147,19 +147,21 @@ def _psi(path, total_us: int) -> None:
                     "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 
 
-def test_pressure_is_high_when_tasks_waited_for_a_cpu_a_fifth_of_the_time_or_more(tmp_path):
+def test_pressure_is_high_when_tasks_waited_for_a_cpu_two_fifths_of_the_time_or_more(tmp_path):
     path = tmp_path / "cpu"
     _psi(path, 1_000_000)
     pressure = CpuPressure(str(path))
     assert pressure.check(100 * MS) is False  # a first reading has nothing to compare with
     _psi(path, 1_000_000 + 1_000)  # 1 ms of waiting in 10 ms
     assert pressure.check(110 * MS) is False
-    _psi(path, 1_000_000 + 1_000 + 2_500)  # 2.5 ms in the next 10
-    assert pressure.check(115 * MS) is False  # not read again within 10 ms
-    assert pressure.check(120 * MS) is True
-    _psi(path, 1_000_000 + 1_000 + 2_500 + 100)
-    assert pressure.check(125 * MS) is True  # the last reading holds until the next
-    assert pressure.check(130 * MS) is False
+    _psi(path, 1_000_000 + 1_000 + 3_500)  # 3.5 ms in the next 10: a publisher's own
+    assert pressure.check(120 * MS) is False  # round trips on a VM count this much
+    _psi(path, 1_000_000 + 1_000 + 3_500 + 4_500)  # 4.5 ms in the next 10
+    assert pressure.check(125 * MS) is False  # not read again within 10 ms
+    assert pressure.check(130 * MS) is True
+    _psi(path, 1_000_000 + 1_000 + 3_500 + 4_500 + 100)
+    assert pressure.check(135 * MS) is True  # the last reading holds until the next
+    assert pressure.check(140 * MS) is False
     pressure.close()
 
 

@@ -34,12 +34,14 @@ from pathlib import Path
 from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.nsqtools import Client, NsqTools, OwnClient
 from nsqmp.bench.proc import with_cpu
+from nsqmp.config.options import OPTIONS_BY_NAME, parse_duration
 
 _ROOT = Path(__file__).resolve().parents[2]
 _SOURCE = _ROOT / "native" / "bench" / "floor.c"
 _MAGIC = 4
 _OK = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"  # size 6, FRAME_RESPONSE, "OK"
-POLL_US = 50  # the polling server's look before it blocks: nsqmp's --busy-poll default
+# the polling server's look before it blocks: nsqmp's --busy-poll default
+POLL_US = round(parse_duration(OPTIONS_BY_NAME["busy-poll"].default) * 1e6)
 
 
 def program() -> Path | None:

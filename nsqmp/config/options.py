@@ -1086,7 +1086,7 @@ OPTIONS: tuple[Option, ...] = (
         section="processes", nsqd=False, check=between(0, 19),
     ),
     Option(
-        "busy-poll", DURATION, "50us",
+        "busy-poll", DURATION, "200us",
         "After a publisher's command, an acceptor keeps looking for the next one this long "
         "at most before it sleeps (adaptive: only while they come that close together and "
         "no process waits for a CPU). Saves a wake-up per round trip at the price of that "

@@ -83,7 +83,7 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
     floor_cells = row(proc.stdout, FLOOR_PUB1)
     assert floor_cells[1] == floor_cells[2] and "floor (C server)" in floor_cells[4]
     distances = [ln for ln in proc.stdout.splitlines() if ln.startswith("- writer PUB, 1 conn: the answer-only")]
-    assert [d.split("floor (")[1].split(")")[0] for d in distances] == ["blocking", "polling 50 us"]
+    assert [d.split("floor (")[1].split(")")[0] for d in distances] == ["blocking", f"polling {floor.POLL_US} us"]
     for distance in distances:  # their fractions of each floor
         assert "of it: nsqd " in distance and ", nsqmp " in distance
     for name in ("writer PUB, 1 conn", "reader, 2 conns, draining"):  # broker / client CPU per message
@@ -117,7 +117,7 @@ def test_without_nsqd_it_says_so_and_a_baseline_is_a_third_broker(tmp_path):
     assert "acceptor" in nsqmp_cell  # a publisher's acceptor: the broker's busiest thread
 
 
-@pytest.mark.parametrize("native, poll_us, kind", [(True, 0, "C"), (True, floor.POLL_US, "C, polling 50 us"),
+@pytest.mark.parametrize("native, poll_us, kind", [(True, 0, "C"), (True, floor.POLL_US, f"C, polling {floor.POLL_US} us"),
                                                    (False, 0, "Python")],
                          ids=["C", "C polling", "Python fallback"])
 def test_the_floor_answers_what_bench_writer_sends(native, poll_us, kind):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from nsqmp.bench import tool
+from nsqmp.bench import floor, tool
 from nsqmp.bench.tool import BenchFailed, run
 from nsqmp.client import Connection, wire
 from tests.bench.conftest import bench_client
@@ -74,7 +74,7 @@ def test_the_suite_names_a_failed_workload_and_goes_on(tmp_path):
     rates, _, cpu = proc.stdout.partition("CPU per message moved")
     floor_rows = [line for line in rates.splitlines() if line.startswith("| writer PUB, 1 conn, answer-only")]
     assert len(floor_rows) == 2 and not any("failed" in line for line in floor_rows)  # blocking, polling
-    assert "floor (C, polling 50 us server)" in floor_rows[1]
+    assert f"floor (C, polling {floor.POLL_US} us server)" in floor_rows[1]
     # the CPU table has the floor's rows, and none for the failed workload
     cpu_rows = [line for line in cpu.splitlines() if line.startswith("| writer")]
     assert any(line.startswith("| writer PUB, 1 conn, answer-only") for line in cpu_rows), cpu

@@ -13,10 +13,21 @@ from tests.harness import channel_stats, wait_for
 BOUND = ("--mem-queue-size", "100")  # the router's smallest in-memory share
 
 
-def publish(broker, topic: str, n: int, batch: int = 50) -> set[bytes]:
+def adopted(broker, topic: str) -> int:
+    """Messages the topic's router has taken (in memory or as file ranges)."""
+    return sum(t["message_count"] for t in broker.stats(topic=topic)["topics"])
+
+
+def publish(broker, topic: str, n: int, batch: int = 50, share: int = 100) -> set[bytes]:
+    """n messages in MPUBs of batch, and a PUB. Once `share` (the in-memory share) are
+    sent, it waits until the router has taken them: a router joins the publishes that
+    came while it slept into one batch, and a batch that finds room is taken whole, so
+    without the wait the whole backlog could arrive as one batch and stay in memory."""
     bodies = [b"m%06d" % i for i in range(n)]
     with Connection.connect(broker.tcp_address) as p:
         for i in range(0, n, batch):
+            if i == share:
+                wait_for(lambda: adopted(broker, topic) >= share, what="the in-memory share taken")
             p.mpub(topic, bodies[i:i + batch])
         p.pub(topic, b"single")
     return set(bodies) | {b"single"}

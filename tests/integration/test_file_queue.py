@@ -18,7 +18,7 @@ def adopted(broker, topic: str) -> int:
     return sum(t["message_count"] for t in broker.stats(topic=topic)["topics"])
 
 
-def publish(broker, topic: str, n: int, batch: int = 50, share: int = 100) -> set[bytes]:
+def publish(broker, topic: str, n: int, batch: int = 50, share: int = int(BOUND[1])) -> set[bytes]:
     """n messages in MPUBs of batch, and a PUB. Once `share` (the in-memory share) are
     sent, it waits until the router has taken them: a router joins the publishes that
     came while it slept into one batch, and a batch that finds room is taken whole, so

@@ -6,8 +6,9 @@
  *
  *   - a publisher's read that starts with PUB/MPUBs on the topic of its last
  *     publish: the segment tail's run (segtail.h) from the read itself, then
- *     its PUBLISH_AT to the topic's router, its OKs, the producer's count and
- *     the acceptor's note of the publish;
+ *     its OKs (the publisher waits for them: nothing else goes first), its
+ *     PUBLISH_AT to the topic's router, the producer's count, the acceptor's
+ *     note of the publish, and last the busy poll's touch;
  *   - a consumer's read that starts with plain FIN lines: the IDs in one call
  *     of the parser's fins(), handed to the connection's _send_fins.
  *
@@ -144,14 +145,14 @@ pub_run(ReadPath *self, const char *p, Py_ssize_t n, Py_ssize_t *end)
     PyObject *slot = PyLong_FromLong(self->run_slot);
     if (slot == NULL)
         goto done;
+    ok = t.commands == 1 ? Py_NewRef(ok_frame) : PySequence_Repeat(ok_frame, (Py_ssize_t)t.commands);
+    if (ok == NULL || write_frames(self, ok) < 0)
+        goto done;
     PyObject *args[2] = {slot, t.record};
     res = PyObject_Vectorcall(self->send_now, args, 2, NULL);
     if (res == NULL)
         goto done;
     Py_CLEAR(res);
-    ok = t.commands == 1 ? Py_NewRef(ok_frame) : PySequence_Repeat(ok_frame, (Py_ssize_t)t.commands);
-    if (ok == NULL || write_frames(self, ok) < 0)
-        goto done;
     /* pub_counts[topic] = pub_counts.get(topic, 0) + messages */
     PyObject *before = PyDict_GetItemWithError(self->pub_counts, self->run_topic);
     if (before == NULL && PyErr_Occurred())
@@ -288,10 +289,6 @@ rp_data_received(ReadPath *self, PyObject *data)
         && (self->pubs == NULL || self->pubs == Py_None) && !is_truthy(self->waiting_for) && !self->closed;
     if (self->state == state_init) {
         /* a publisher waits for our answer, and sends again soon after it: be awake then */
-        PyObject *res = call_or_none(self->busy_touch);
-        if (res == NULL)
-            goto done;
-        Py_DECREF(res);
         if (quiet && self->run_tail != NULL && self->run_tail != Py_None
             && (starts_with(p, n, "PUB ") || starts_with(p, n, "MPUB "))) {
             if (Py_IS_TYPE(self->run_tail, &nsqmp_SegmentTail_Type)) {
@@ -301,6 +298,10 @@ rp_data_received(ReadPath *self, PyObject *data)
                 goto done;
             }
         }
+        PyObject *res = call_or_none(self->busy_touch);
+        if (res == NULL)
+            goto done;
+        Py_DECREF(res);
     } else if ((self->state == fin_state_a || self->state == fin_state_b) && quiet && self->magic_ok
                && !(self->tls_required && !self->tls) && starts_with(p, n, "FIN ")
                && self->fins_of != NULL && self->fins_of != Py_None) {

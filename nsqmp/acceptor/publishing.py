@@ -117,8 +117,8 @@ class PublishCommands:
     def _pub_run(self, buf: bytes | bytearray, pos: int) -> int:
         """The PUB/MPUBs at buf[pos:] (the read buffer, or a read not yet added to it) on
         the topic of this connection's last publish, while they would be answered OK: one
-        C call from there to the segment (SegmentTail.run), its PUBLISH_AT to the router,
-        then their OKs in one write. Returns where the first command not taken starts (pos
+        C call from there to the segment (SegmentTail.run), their OKs in one write, then its
+        PUBLISH_AT to the router. Returns where the first command not taken starts (pos
         if none was): the parse loop gives it to its handler, which gives nsqd's exact
         answer (an error, or the wait for more)."""
         if len(buf) - pos > _DELIVER_FIRST:  # a big MPUB: what consumers wait for goes first
@@ -128,8 +128,10 @@ class PublishCommands:
         except OSError:  # the handler writes the first of them again and answers the error
             return pos
         if commands:
-            self._send_now(self._run_slot, record)
+            # the OKs first: the publisher's next command waits for them, the router's
+            # record does not (the messages are in the segment either way)
             self.write(OK_FRAME if commands == 1 else OK_FRAME * commands)
+            self._send_now(self._run_slot, record)
             topic = self._run_topic
             self.pub_counts[topic] = self.pub_counts.get(topic, 0) + messages
             self._published(self)

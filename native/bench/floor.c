@@ -20,9 +20,19 @@
  *   stream:  "  V2" then commands:  LINE "\n" [size:u32be body]
  *   answer:  [size=6:u32be][FRAME_RESPONSE=0:u32be]["OK"]
  *
- * Usage: floor [port [poll_us]]  (port 0 or none: any free port; poll_us 0 or
- * none: block at once).  Prints "port N\n" on stdout once it listens on
- * 127.0.0.1; runs until killed.
+ * A connection that subscribes (SUB, answered OK) is fed once it sends RDY n:
+ * the floor of the readers of the mixed row.  It writes messages of
+ * body_size bytes (IDs counting up, the same body each time) while fewer than
+ * n are in flight, and each FIN lets one more go; nothing is kept, timed out
+ * or delivered again.  Its readers meet no broker's cost, only their own and
+ * the publishers' on the same cores.
+ *
+ *   message: [size:u32be][FRAME_MESSAGE=2:u32be][ts:i64be][attempts:u16be]
+ *            [id:16 hex digits][body]
+ *
+ * Usage: floor [port [poll_us [body_size]]]  (port 0 or none: any free port;
+ * poll_us 0 or none: block at once; body_size 200 by default).  Prints
+ * "port N\n" on stdout once it listens on 127.0.0.1; runs until killed.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -30,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +55,9 @@
 
 static const char OK_FRAME[OK_LEN] = {0, 0, 0, 6, 0, 0, 0, 0, 'O', 'K'};
 static long long poll_ns;  /* how long a thread looks for more before it blocks (0: never) */
+static size_t body_size = 200;
+#define MSG_HEAD 34  /* size, frame type, ts, attempts, id */
+#define FEED_MAX 64  /* messages written at most per write(2) */
 
 static long long
 now_ns(void)
@@ -81,6 +95,45 @@ has_body(const char *line, size_t len)
     return 0;
 }
 
+/* The decimal number at p (n bytes, digits only), or -1. */
+static long
+number(const char *p, size_t n)
+{
+    long v = 0;
+    if (n == 0 || n > 9)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
+/* k message frames into out, IDs from *next on */
+static size_t
+messages(char *out, size_t k, unsigned long long *next)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t frame = MSG_HEAD + body_size;
+    uint32_t size = (uint32_t)(frame - 4);
+    long long ts = (long long)time(NULL) * 1000000000LL;
+    for (size_t i = 0; i < k; i++) {
+        unsigned char *m = (unsigned char *)out + i * frame;
+        m[0] = (unsigned char)(size >> 24); m[1] = (unsigned char)(size >> 16);
+        m[2] = (unsigned char)(size >> 8); m[3] = (unsigned char)size;
+        m[4] = 0; m[5] = 0; m[6] = 0; m[7] = 2;
+        for (int b = 0; b < 8; b++)
+            m[8 + b] = (unsigned char)(ts >> (56 - 8 * b));
+        m[16] = 0; m[17] = 1;
+        unsigned long long id = (*next)++;
+        for (int d = 15; d >= 0; d--, id >>= 4)
+            m[18 + d] = (unsigned char)hex[id & 15];
+        memset(m + MSG_HEAD, 'm', body_size);
+    }
+    return k * frame;
+}
+
 static int
 write_all(int fd, const char *p, size_t n)
 {
@@ -100,11 +153,26 @@ serve(void *arg)
     int fd = (int)(intptr_t)arg;
     char *buf = malloc(BUF_SIZE);
     char *out = malloc(BUF_SIZE / 8 * OK_LEN);
+    char *feed = malloc(FEED_MAX * (MSG_HEAD + body_size));
     size_t have = 0, skip = MAGIC_LEN;
-    if (buf == NULL || out == NULL)
+    long rdy = 0, inflight = 0;
+    int subscribed = 0;
+    unsigned long long next_id = 0;
+    if (buf == NULL || out == NULL || feed == NULL)
         goto done;
     for (;;) {
-        ssize_t r = read_some(fd, buf + have, BUF_SIZE - have);
+        ssize_t r;
+        if (subscribed && inflight < rdy) {  /* a reader with room: feed it, then look for FINs */
+            size_t k = (size_t)(rdy - inflight) < FEED_MAX ? (size_t)(rdy - inflight) : FEED_MAX;
+            if (write_all(fd, feed, messages(feed, k, &next_id)) < 0)
+                break;
+            inflight += (long)k;
+            r = recv(fd, buf + have, BUF_SIZE - have, MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                continue;
+        } else {
+            r = read_some(fd, buf + have, BUF_SIZE - have);
+        }
         if (r <= 0)
             break;
         have += (size_t)r;
@@ -131,6 +199,17 @@ serve(void *arg)
                 end += 4 + size;
                 memcpy(out + oks * OK_LEN, OK_FRAME, OK_LEN);
                 oks++;
+            } else if (line >= 4 && memcmp(buf + pos, "FIN ", 4) == 0) {
+                if (inflight > 0)
+                    inflight--;
+            } else if (line >= 4 && memcmp(buf + pos, "RDY ", 4) == 0) {
+                long n = number(buf + pos + 4, line - 4);
+                if (n >= 0)
+                    rdy = n;
+            } else if (line >= 4 && memcmp(buf + pos, "SUB ", 4) == 0) {
+                subscribed = 1;
+                memcpy(out + oks * OK_LEN, OK_FRAME, OK_LEN);
+                oks++;
             }
             pos = end;
         }
@@ -142,6 +221,7 @@ serve(void *arg)
 done:
     free(buf);
     free(out);
+    free(feed);
     close(fd);
     return NULL;
 }
@@ -150,7 +230,12 @@ int
 main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 0, one = 1;
+    /* a reader closes at the end of its run while it is still fed: a write to it must
+     * fail, not kill the server (and with it the other connections' runs) */
+    signal(SIGPIPE, SIG_IGN);
     poll_ns = argc > 2 ? atoll(argv[2]) * 1000LL : 0;
+    if (argc > 3 && atoi(argv[3]) > 0)
+        body_size = (size_t)atoi(argv[3]);
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -53,6 +53,7 @@ class Client(Protocol):
     """What a workload asks of a client: publish for runfor, drain for runfor, both at once."""
 
     name: str
+    size: int  # body bytes of each message
 
     def writer(self, addr: str, topic: str, conns: int, batch: int, runfor: float) -> dict: ...
 

@@ -37,12 +37,15 @@ __all__ = ["WORKLOADS", "main", "memory", "one", "write_results"]
 
 _FLOOR = "answer-only server (the round-trip floor, no broker)"
 _POLLING_FLOOR = f"answer-only server polling {floor.POLL_US} us (the round-trip floor, no broker)"
+_MIXED = "4 MPUB writers + 2 readers at once (in)"
+_FLOOR_MIXED = "answer-only server (the floor, no broker)"
+_POLLING_FLOOR_MIXED = f"answer-only server polling {floor.POLL_US} us (the floor, no broker)"
 
 
 def _w(name: str, kind: str, conns: int, batch: int, flags: tuple[str, ...] = (),
-       topic: str = "sub_bench", poll_us: int = 0) -> dict:
+       topic: str = "sub_bench", poll_us: int = 0, readers: int = 0) -> dict:
     return {"name": name, "kind": kind, "conns": conns, "batch": batch, "flags": flags, "topic": topic,
-            "poll_us": poll_us}
+            "poll_us": poll_us, "readers": readers}
 
 
 # the issue-24 table first (its order), then nsqmp's storage variants
@@ -60,7 +63,11 @@ WORKLOADS = [
     # its rows include the broker's memory after it
     _w("reader, 2 conns, draining", "reader", 2, 0),
     # two rows: in (the writers) and out (the readers)
-    _w("4 MPUB writers + 2 readers at once (in)", "mixed", 4, 200),
+    _w(_MIXED, "mixed", 4, 200),
+    # the same tools against the answer-only server, which also feeds the readers: what
+    # they reach with no broker while the writers publish unthrottled (two rows each)
+    _w(f"{_MIXED}, {_FLOOR_MIXED}", "floor", 4, 200, readers=2),
+    _w(f"{_MIXED}, {_POLLING_FLOOR_MIXED}", "floor", 4, 200, poll_us=floor.POLL_US, readers=2),
     _w("writer MPUB 200, 4 conns, mem-queue-size 0 (everything on disk)", "writer", 4, 200,
        ("--mem-queue-size", "0")),
     # nsqd's everything-in-memory flags; nsqmp keeps a durable topic in files (page cache) ...
@@ -157,7 +164,8 @@ def measure(args, chosen: list[dict], targets: list[Target], client: Client) -> 
 
     def floor_run(w: dict) -> dict:
         try:
-            return floor.measure(args.runfor, w["conns"], client, poll_us=w["poll_us"])
+            return floor.measure(args.runfor, w["conns"], client, poll_us=w["poll_us"], batch=w["batch"],
+                                 readers=w["readers"])
         except Exception as exc:  # noqa: BLE001 - reported with the run, then on
             return {"error": f"{type(exc).__name__}: {exc}"}
 

@@ -25,7 +25,7 @@ def _mem(key: str) -> Callable[[dict], float]:
 def _figures(w: dict) -> list[tuple[str, Callable[[dict], float], bool]]:
     """(row name, how a run gives its figure, is a rate) of each row of workload w."""
     rate = (w["name"], lambda r: r["msgs_per_sec"], True)
-    if w["kind"] == "mixed":
+    if w["kind"] == "mixed" or w.get("readers"):  # a mixed floor too
         return [rate, (w["name"].replace("(in)", "(out)"), lambda r: r["msgs_out_per_sec"], True)]
     if w["kind"] == "reader":
         return [rate, (_RSS, _mem("rss"), False), (_PSS, _mem("pss"), False)]
@@ -75,7 +75,8 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
     for w in chosen:
         mine = [r for r in runs if r["workload"] == w["name"] and "error" not in r]
         if w["kind"] == "floor":
-            lines.append(_floor_row(w["name"], mine, len(labels), len(pairs), summary))
+            lines += [_floor_row(row, figure, mine, len(labels), len(pairs), summary)
+                      for row, figure, _ in _figures(w)]
             continue
         for row, figure, rate in _figures(w):
             by = {lb: [figure(r) for r in mine if r["target"] == lb] for lb in labels}
@@ -114,11 +115,12 @@ def _ratio(runs: list[dict], figure: Callable[[dict], float], a: str, b: str, me
     return f"{med[a] / med[b]:.2f}x{spread}"
 
 
-def _floor_row(name: str, runs: list[dict], nlabels: int, nratios: int, summary: dict) -> str:
+def _floor_row(name: str, figure: Callable[[dict], float], runs: list[dict], nlabels: int, nratios: int,
+               summary: dict) -> str:
     """The floor's median in every broker column: the same server bounds each of them."""
     if not runs:
         return f"| {name} | failed (see below) |" + " |" * (nlabels + nratios)
-    rates = [r["msgs_per_sec"] for r in runs]
+    rates = [figure(r) for r in runs]
     med = statistics.median(rates)
     summary[name] = {"floor": med}
     server = runs[0].get("server", "C")
@@ -127,14 +129,13 @@ def _floor_row(name: str, runs: list[dict], nlabels: int, nratios: int, summary:
 
 
 def _distances(chosen: list[dict], summary: dict, labels: list[str]) -> list[str]:
-    """Each broker's PUB rate as a fraction of the floor of its row."""
+    """Each broker's rate as a fraction of the floor of its row (the PUB rows, the mixed ones)."""
     out = []
-    for w in chosen:
-        if w["kind"] != "floor" or w["name"] not in summary:
-            continue
-        row, _, server = w["name"].partition(", answer-only server")
+    floors = [name for w in chosen if w["kind"] == "floor" for name, _, _ in _figures(w) if name in summary]
+    for name in floors:
+        row, _, server = name.partition(", answer-only server")
         server = server.split(" (")[0].strip() or "blocking"  # "polling 50 us", or the blocking one
-        med = summary[w["name"]]["floor"]
+        med = summary[name]["floor"]
         if row in summary and med:
             parts = [f"{lb} {summary[row][lb] / med:.2f}" for lb in labels if lb in summary[row]]
             out.append(f"- {row}: the answer-only floor ({server}) {med:,.0f} msgs/s; of it: {', '.join(parts)}")

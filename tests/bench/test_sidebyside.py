@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -136,6 +137,53 @@ def test_the_floor_answers_what_bench_writer_sends(native, poll_us, kind):
             assert got == b"\x00\x00\x00\x06\x00\x00\x00\x00OK" * 3
             time.sleep(0.05)
             s.sendall(wire.pub("t", b"c"))
+            assert s.recv(100) == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    finally:
+        server.stop()
+
+
+def _frames(s: socket.socket, reader: wire.FrameReader, count: int) -> list[tuple[int, bytes]]:
+    got: list[tuple[int, bytes]] = []
+    while len(got) < count:
+        data = s.recv(65536)
+        assert data, "the floor closed the connection"
+        got += reader.feed(data)
+    return got
+
+
+@pytest.mark.parametrize("native, poll_us, kind", [(True, 0, "C"), (True, floor.POLL_US, f"C, polling {floor.POLL_US} us"),
+                                                   (False, 0, "Python")],
+                         ids=["C", "C polling", "Python fallback"])
+def test_the_floor_feeds_a_reader_up_to_its_rdy_and_one_more_per_fin(native, poll_us, kind):
+    """What bench_reader sends (magic, IDENTIFY, SUB, RDY 3): OK, OK, then three messages of
+    the server's body size with IDs counting up, and no more until a FIN, which lets one
+    more go; a reader that closes while it is fed does not take the server down."""
+    server = floor.Server(native, poll_us, size=50)
+    try:
+        assert server.kind == kind
+        reader = wire.FrameReader()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            s.sendall(wire.MAGIC + wire.identify({"client_id": "reader"}) + wire.sub("t", "c") + wire.rdy(3))
+            got = _frames(s, reader, 5)
+            assert got[:2] == [(0, b"OK"), (0, b"OK")]
+            messages = [wire.decode_message(data) for ftype, data in got[2:] if ftype == 2]
+            assert [m.id for m in messages] == [b"%016x" % i for i in range(3)]
+            assert all(m.body == b"m" * 50 and m.attempts == 1 for m in messages)
+            s.settimeout(0.2)
+            with pytest.raises(socket.timeout):  # three in flight: nothing more
+                _frames(s, reader, 1)
+            s.settimeout(5)
+            s.sendall(wire.fin(messages[0].id))
+            (ftype, data), = _frames(s, reader, 1)
+            assert ftype == 2 and wire.decode_message(data).id == b"%016x" % 3
+            s.sendall(wire.rdy(1_000_000))  # more than the socket's buffers hold: fed while it closes
+            s.recv(65536)
+        if server.proc is not None:  # a write to a closed reader fails; it does not kill the server
+            status = Path(f"/proc/{server.proc.pid}/status").read_text()
+            ignored = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigIgn:")), 16)
+            assert ignored & (1 << (signal.SIGPIPE - 1))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:  # still serving
+            s.sendall(wire.MAGIC + wire.pub("t", b"x"))
             assert s.recv(100) == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
     finally:
         server.stop()

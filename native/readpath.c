@@ -7,8 +7,8 @@
  *   - a publisher's read that starts with PUB/MPUBs on the topic of its last
  *     publish: the segment tail's run (segtail.h) from the read itself, then
  *     its OKs (the publisher waits for them: nothing else goes first), its
- *     PUBLISH_AT to the topic's router, the producer's count, the acceptor's
- *     note of the publish, and last the busy poll's touch;
+ *     PUBLISH_AT to the topic's router, the producer's count and the
+ *     acceptor's note of the publish;
  *   - a consumer's read that starts with plain FIN lines: the IDs in one call
  *     of the parser's fins(), handed to the connection's _send_fins.
  *
@@ -289,6 +289,12 @@ rp_data_received(ReadPath *self, PyObject *data)
         && (self->pubs == NULL || self->pubs == Py_None) && !is_truthy(self->waiting_for) && !self->closed;
     if (self->state == state_init) {
         /* a publisher waits for our answer, and sends again soon after it: be awake then */
+        /* a publisher waits for our answer, and sends again soon after it: be awake then
+         * (noted as the read came: the poll's window is judged by when work arrives) */
+        PyObject *res = call_or_none(self->busy_touch);
+        if (res == NULL)
+            goto done;
+        Py_DECREF(res);
         if (quiet && self->run_tail != NULL && self->run_tail != Py_None
             && (starts_with(p, n, "PUB ") || starts_with(p, n, "MPUB "))) {
             if (Py_IS_TYPE(self->run_tail, &nsqmp_SegmentTail_Type)) {
@@ -298,10 +304,6 @@ rp_data_received(ReadPath *self, PyObject *data)
                 goto done;
             }
         }
-        PyObject *res = call_or_none(self->busy_touch);
-        if (res == NULL)
-            goto done;
-        Py_DECREF(res);
     } else if ((self->state == fin_state_a || self->state == fin_state_b) && quiet && self->magic_ok
                && !(self->tls_required && !self->tls) && starts_with(p, n, "FIN ")
                && self->fins_of != NULL && self->fins_of != Py_None) {

@@ -70,13 +70,13 @@ class ReadPath:
         end = 0
         quiet = not self.buf and self._pubs is None and not self.waiting_for and not self.closed
         if self.state == self._state_init:
+            # a publisher waits for our answer, and sends again soon after it: be awake
+            # then (noted as the read came: the poll's window is judged by when work
+            # arrives). A consumer's FINs and RDYs wait for nothing from us (its messages
+            # come from the router): polling after them only took CPU from the routers
+            self._busy_touch()
             if quiet and self._run_tail is not None and data.startswith(_RUN_HEADS):
                 end = self._pub_run(data, 0)
-            # a publisher waits for our answer, and sends again soon after it: be awake
-            # then (noted after the run, so that its OKs go first). A consumer's FINs and
-            # RDYs wait for nothing from us (its messages come from the router): polling
-            # after them only took CPU from the routers
-            self._busy_touch()
         elif (self.state in self._fin_states and quiet and self.magic_ok
               and not (self._tls_required and not self.tls) and data.startswith(b"FIN ")):
             ids, stop = self._fins_of(data, 0)

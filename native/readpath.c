@@ -288,7 +288,6 @@ rp_data_received(ReadPath *self, PyObject *data)
     int quiet = PyByteArray_Check(self->buf) && PyByteArray_GET_SIZE(self->buf) == 0
         && (self->pubs == NULL || self->pubs == Py_None) && !is_truthy(self->waiting_for) && !self->closed;
     if (self->state == state_init) {
-        /* a publisher waits for our answer, and sends again soon after it: be awake then */
         /* a publisher waits for our answer, and sends again soon after it: be awake then
          * (noted as the read came: the poll's window is judged by when work arrives) */
         PyObject *res = call_or_none(self->busy_touch);

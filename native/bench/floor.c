@@ -110,26 +110,37 @@ number(const char *p, size_t n)
     return v;
 }
 
-/* k message frames into out, IDs from *next on */
-static size_t
-messages(char *out, size_t k, unsigned long long *next)
+/* FEED_MAX message frames into feed, once per connection: everything but the
+ * timestamp and the ID, which messages() writes */
+static void
+frame_feed(char *feed)
 {
-    static const char hex[] = "0123456789abcdef";
     size_t frame = MSG_HEAD + body_size;
     uint32_t size = (uint32_t)(frame - 4);
-    long long ts = (long long)time(NULL) * 1000000000LL;
-    for (size_t i = 0; i < k; i++) {
-        unsigned char *m = (unsigned char *)out + i * frame;
+    for (size_t i = 0; i < FEED_MAX; i++) {
+        unsigned char *m = (unsigned char *)feed + i * frame;
         m[0] = (unsigned char)(size >> 24); m[1] = (unsigned char)(size >> 16);
         m[2] = (unsigned char)(size >> 8); m[3] = (unsigned char)size;
         m[4] = 0; m[5] = 0; m[6] = 0; m[7] = 2;
+        m[16] = 0; m[17] = 1;
+        memset(m + MSG_HEAD, 'm', body_size);
+    }
+}
+
+/* The first k frames of feed (frame_feed) stamped, IDs from *next on; their bytes */
+static size_t
+messages(char *feed, size_t k, unsigned long long *next)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t frame = MSG_HEAD + body_size;
+    long long ts = (long long)time(NULL) * 1000000000LL;
+    for (size_t i = 0; i < k; i++) {
+        unsigned char *m = (unsigned char *)feed + i * frame;
         for (int b = 0; b < 8; b++)
             m[8 + b] = (unsigned char)(ts >> (56 - 8 * b));
-        m[16] = 0; m[17] = 1;
         unsigned long long id = (*next)++;
         for (int d = 15; d >= 0; d--, id >>= 4)
             m[18 + d] = (unsigned char)hex[id & 15];
-        memset(m + MSG_HEAD, 'm', body_size);
     }
     return k * frame;
 }
@@ -160,6 +171,7 @@ serve(void *arg)
     unsigned long long next_id = 0;
     if (buf == NULL || out == NULL || feed == NULL)
         goto done;
+    frame_feed(feed);
     for (;;) {
         ssize_t r;
         if (subscribed && inflight < rdy) {  /* a reader with room: feed it, then look for FINs */

@@ -44,6 +44,7 @@ from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.nsqtools import Client, NsqTools, OwnClient
 from nsqmp.bench.proc import with_cpu
 from nsqmp.config.options import OPTIONS_BY_NAME, parse_duration
+from nsqmp.protocol.frames import message_frame
 
 _ROOT = Path(__file__).resolve().parents[2]
 _SOURCE = _ROOT / "native" / "bench" / "floor.c"
@@ -71,12 +72,6 @@ def program() -> Path | None:
     return exe
 
 
-def message_frame(msg_id: int, body: bytes, ts_ns: int) -> bytes:
-    """A FRAME_MESSAGE frame: its ID the number in 16 hex digits, first attempt."""
-    payload = ts_ns.to_bytes(8, "big") + b"\x00\x01" + b"%016x" % msg_id + body
-    return (len(payload) + 4).to_bytes(4, "big") + b"\x00\x00\x00\x02" + payload
-
-
 class _AnswerOnly(asyncio.Protocol):
     """The Python fallback: answers OK to every complete command that has a body and to
     SUB, and feeds a subscriber up to its RDY (one more message per FIN)."""
@@ -94,7 +89,9 @@ class _AnswerOnly(asyncio.Protocol):
         body, ts = b"m" * self.size, time.time_ns()
         while self.subscribed and self.inflight < self.rdy:
             k = min(self.rdy - self.inflight, _FEED_MAX)
-            self.transport.write(b"".join(message_frame(self.next_id + i, body, ts) for i in range(k)))
+            # first attempt, the ID the number in 16 hex digits (as the C server)
+            self.transport.write(b"".join(message_frame(ts, 1, b"%016x" % (self.next_id + i), body)
+                                          for i in range(k)))
             self.next_id += k
             self.inflight += k
 

@@ -11,7 +11,7 @@ setup(
                      "native/publish.c", "native/readback.c", "native/acklog.c",
                      "native/inflight.c", "native/finrun.c", "native/timerfd.c", "native/pubrun.c",
                      "native/ids.c", "native/segtail.c", "native/coalesce.c",
-                     "native/readpath.c"],
+                     "native/readpath.c", "native/spin.c"],
             depends=["native/ring.h", "native/heap.h", "native/parser.h", "native/publish.h",
                      "native/readback.h", "native/message.h", "native/layouts.h", "native/flight.h",
                      "native/finrun.h", "native/pubrun.h", "native/ids.h", "native/segtail.h"],

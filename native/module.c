@@ -23,6 +23,7 @@ int nsqmp_ids_add(PyObject *module);      /* ids.c */
 int nsqmp_segtail_add(PyObject *module);  /* segtail.c */
 int nsqmp_coalesce_add(PyObject *module); /* coalesce.c */
 int nsqmp_readpath_add(PyObject *module); /* readpath.c */
+int nsqmp_spin_add(PyObject *module);     /* spin.c */
 
 static int (*const adders[])(PyObject *) = {
     nsqmp_ring_add,
@@ -39,6 +40,7 @@ static int (*const adders[])(PyObject *) = {
     nsqmp_segtail_add,
     nsqmp_coalesce_add,
     nsqmp_readpath_add,
+    nsqmp_spin_add,
 };
 
 static int

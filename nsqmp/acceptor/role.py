@@ -13,6 +13,7 @@ from functools import partial
 
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.flow import RingHold
+from nsqmp.acceptor.hotspin import HotSpin, loop_epoll_fd
 from nsqmp.acceptor.http import HttpConnection
 from nsqmp.acceptor import http_metrics, ttl_dlq
 from nsqmp.acceptor.producers import ProducerBoard
@@ -129,6 +130,9 @@ class Acceptor(Role):
         self.publish_spans = self.publisher.publish_spans
         self.run_tail = self.publisher.run_tail
         self.busy_touch = self.busy.touch
+        self.hot = HotSpin(loop_epoll_fd(), self._read_failed)
+        if self.opts.busy_poll and self.hot.loop_fd >= 0:
+            self.busy.spin = self.hot
         self.ring_hold = RingHold()
         self.endpoint.on_unblocked = self.ring_hold.release
         self.loop.run_until_complete(self._listen())
@@ -207,6 +211,7 @@ class Acceptor(Role):
     def detach(self, conn: V2Connection) -> None:
         """conn is gone: records for its ID are dropped."""
         self.connections.pop(conn.conn, None)
+        self.hot.forget(conn)
         self.control.set_connections(self.slot, len(self.connections))
 
     def published(self, conn: V2Connection) -> None:
@@ -215,11 +220,20 @@ class Acceptor(Role):
         two only once a snapshot of the producers is not already due (at most every
         FLUSH_INTERVAL while publishes come), or at once after a failure: no call for them
         after most publishes."""
+        self.hot.published(conn)
         if self._failing or not self.producers.scheduled:
             self.health_ok()
             self.producers.changed()
         if self.endpoint.backlog > self.ring_hold.limit:  # checked here: no call per publish
             self.ring_hold.hold(conn)
+
+    def _read_failed(self, conn: V2Connection, exc: Exception) -> None:
+        """A connection's data_received raised on a read the busy poll made: what uvloop
+        does with one that raises on its own read (report it, abort the connection)."""
+        self.loop.call_exception_handler({"message": "data_received failed", "exception": exc,
+                                          "protocol": conn})
+        if conn.transport is not None:
+            conn.transport.abort()
 
     def publish_failed(self, exc: OSError) -> None:
         """A disk write failed: /ping and /stats say NOK on every acceptor until a write works."""

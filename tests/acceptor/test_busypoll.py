@@ -9,7 +9,7 @@ import socket
 
 import uvloop
 
-from nsqmp.busypoll import _START_NS, BusyPoll, CpuPressure
+from nsqmp.busypoll import _SPIN_NS, _START_NS, BusyPoll, CpuPressure
 from tests.harness import await_for
 
 US = 1_000
@@ -125,6 +125,51 @@ def test_a_poller_descheduled_mid_window_stops_and_starts_none_for_a_millisecond
     work(loop, poll, after=1_000 * US)
     work(loop, poll, after=5 * US)
     assert poll.window_ns == _START_NS and loop.ready
+
+
+def test_a_polling_tick_spins_for_the_windows_time_left_up_to_the_spins_maximum():
+    loop = Loop()
+    poll = BusyPoll(loop.call_soon, 160 * US, loop.clock)
+    spins: list[int] = []
+
+    def spin(ns: int) -> None:  # finds nothing: its time passes
+        spins.append(ns)
+        loop.now += ns
+
+    poll.spin = spin
+    for _ in range(6):
+        work(loop, poll, after=150 * US)
+    assert poll.window_ns == 160 * US
+    spins.clear()
+    loop.run_until_idle(1 * US)
+    # the window in spins of at most _SPIN_NS, the last one what was left of it; a
+    # spin's time is no descheduling: the poll went on to the window's end
+    assert max(spins) == _SPIN_NS and min(spins) < _SPIN_NS and sum(spins) < 160 * US
+    assert loop.now - loop.last_work >= 160 * US and poll.holds == 0
+
+
+def test_a_poller_descheduled_while_the_pressure_is_low_polls_on(tmp_path):
+    path = tmp_path / "cpu"
+    _psi(path, 0)
+    loop = Loop()
+    pressure = CpuPressure(str(path))
+    poll = BusyPoll(loop.call_soon, 50 * US, loop.clock, pressure)
+    for _ in range(6):
+        work(loop, poll, after=45 * US)
+    assert poll.window_ns == 50 * US and loop.ready
+    loop.turn(1 * US)
+    loop.now += 200 * US  # descheduled, but no task waited for a CPU since the last reading
+    loop.now += 10 * MS
+    loop.turn(1 * US)
+    assert poll.holds == 0 and poll.window_ns == 50 * US
+    # with the pressure high, the same descheduling stops it
+    work(loop, poll, after=5 * US)
+    _psi(path, 10 * MS // 1000)
+    loop.turn(1 * US)
+    loop.now += 10 * MS
+    loop.turn(1 * US)
+    assert poll.holds == 1 and poll.window_ns == 0 and not loop.ready
+    pressure.close()
 
 
 def test_a_maximum_of_zero_turns_polling_off():

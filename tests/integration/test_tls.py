@@ -137,3 +137,30 @@ def test_no_heartbeat_in_the_clear_while_the_client_has_not_started_tls(make_bro
     tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     assert _frames(tls, wire.FrameReader()) == [(wire.FRAME_RESPONSE, b"OK")]
     tls.close()
+
+
+def test_a_publisher_in_the_clear_that_upgrades_keeps_its_handshake_from_the_busy_poll(make_broker, cert):
+    # one acceptor: the connection that publishes is the one its busy poll spins on
+    # (nsqmp.acceptor.hotspin); its TLS handshake must reach the TLS layer, not the parser
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--acceptors", "1")
+    raw = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = wire.FrameReader()
+    raw.sendall(wire.MAGIC)
+    for i in range(200):  # answered one at a time: the poll is in its window after each
+        raw.sendall(wire.pub("clear_then_tls", b"clear%03d" % i))
+        assert _frames(raw, reader) == [(wire.FRAME_RESPONSE, b"OK")]
+    raw.sendall(wire.identify({"feature_negotiation": True, "tls_v1": True}))
+    ((ftype, body),) = _frames(raw, reader)
+    assert orjson.loads(body)["tls_v1"] is True
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    reader = wire.FrameReader()
+    assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]
+    for i in range(200):
+        tls.sendall(wire.pub("clear_then_tls", b"tls%03d" % i))
+        assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]
+    tls.close()
+    assert b.stats(topic="clear_then_tls")["topics"][0]["message_count"] == 400

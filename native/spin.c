@@ -1,0 +1,91 @@
+/*
+ * spin.c -- spin_read(fd, loop_fd, max_ns): the busy poll's look at the
+ * socket of the acceptor's last publisher, in C.
+ *
+ * A publisher on one connection sends its next PUB a few microseconds after
+ * our OK reaches it.  Go's runtime (go-nsq, nsq's bench_writer) looks for that
+ * OK for about 3 us after its write before its thread sleeps; an OK later than
+ * that costs it a sleep and a wake-up of its virtual CPU (20 us and more here).
+ * The event loop's own poll (a Python tick, epoll with a zero timeout, uvloop's
+ * read) takes 3-4 us from the PUB's arrival to our write; this takes about one.
+ *
+ * It loops, for up to max_ns: recv(fd, MSG_DONTWAIT); the bytes, if any came,
+ * go back to the caller (who hands them to the connection, as the loop would
+ * have).  Anything else on the event loop's epoll set (loop_fd: another
+ * connection, a ring's doorbell, the listener) ends the spin at once, so the
+ * other connections wait for no spin: the loop registers its fds level-
+ * triggered, so looking at its set does not take their events (libuv's
+ * epoll backend, data.fd holding the fd).  End of stream and errors are not
+ * taken either: None, and the loop sees them as it would have.  It holds the
+ * GIL (its buffer is static): its one caller is the acceptor's loop thread.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define SPIN_READ_MAX 262144  /* as much as uvloop reads at once */
+static char spin_buf[SPIN_READ_MAX];
+
+static long long
+now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Something other than fd is ready on the loop's epoll set (or the set is unusable). */
+static int
+loop_has_other(int loop_fd, int fd)
+{
+    struct epoll_event ev[8];
+    int n = epoll_wait(loop_fd, ev, 8, 0);
+    if (n < 0)
+        return errno != EINTR;
+    for (int i = 0; i < n; i++)
+        if (ev[i].data.fd != fd)
+            return 1;
+    return 0;
+}
+
+PyDoc_STRVAR(spin_read_doc,
+"spin_read(fd, loop_fd, max_ns)\n--\n\n"
+"Look for bytes on socket fd without blocking for up to max_ns, or until another fd\n"
+"of the epoll set loop_fd (-1: none) is ready: the bytes read, or None.");
+
+static PyObject *
+py_spin_read(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "spin_read(fd, loop_fd, max_ns)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]), loop_fd = PyLong_AsLong(args[1]);
+    long long max_ns = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    long long until = now_ns() + max_ns;
+    for (;;) {
+        ssize_t r = recv((int)fd, spin_buf, SPIN_READ_MAX, MSG_DONTWAIT);
+        if (r > 0)
+            return PyBytes_FromStringAndSize(spin_buf, r);
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            Py_RETURN_NONE;
+        if ((loop_fd >= 0 && loop_has_other((int)loop_fd, (int)fd)) || now_ns() >= until)
+            Py_RETURN_NONE;
+    }
+}
+
+static PyMethodDef spin_functions[] = {
+    {"spin_read", (PyCFunction)(void (*)(void))py_spin_read, METH_FASTCALL, spin_read_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+nsqmp_spin_add(PyObject *module)
+{
+    return PyModule_AddFunctions(module, spin_functions);
+}

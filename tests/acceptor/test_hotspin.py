@@ -44,9 +44,9 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 def test_it_returns_what_the_peer_sends_while_it_spins():
     a, b = _pair()
     with a, b:
-        sender = _send_later(a, b"PUB t\n")
+        sender = _send_later(a, b"NOP\n")
         t0 = time.monotonic()
-        assert spin_read(b.fileno(), -1, 5_000 * MS) == b"PUB t\n"
+        assert spin_read(b.fileno(), -1, 5_000 * MS) == b"NOP\n"
         assert time.monotonic() - t0 < 4.0  # it came back with the bytes, not at the end
         sender.join(10)
 
@@ -94,6 +94,23 @@ def test_another_ready_fd_of_the_loop_ends_the_spin_at_once():
         os.close(w)
         a.close()
         b.close()
+
+
+def test_a_publish_whose_body_comes_in_pieces_is_read_whole():
+    a, b = _pair()
+    with a, b:
+        a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        data = wire.mpub("t", [b"x" * 300] * 40)  # 12 KB
+        a.sendall(data[:4096])
+        sender = _send_later(a, data[4096:], delay=0.01)
+        assert spin_read(b.fileno(), -1, 5_000 * MS) == data
+        sender.join(10)
+        # not a publish, or one that has all come: what there is, at once
+        a.sendall(b"NOP\n" + data[:100])
+        assert spin_read(b.fileno(), -1, 5_000 * MS) == b"NOP\n" + data[:100]
+        # a body that does not all come within the time: what came, for the parser to wait on
+        a.sendall(data[:4096])
+        assert spin_read(b.fileno(), -1, 20 * MS) == data[:4096]
 
 
 def test_the_loops_epoll_fd_is_found_in_a_uvloop():

@@ -148,14 +148,20 @@ def test_a_polling_tick_spins_for_the_windows_time_left_up_to_the_spins_maximum(
     assert loop.now - loop.last_work >= 160 * US and poll.holds == 0
 
 
-def test_a_poller_descheduled_while_the_pressure_is_low_polls_on(tmp_path):
-    path = tmp_path / "cpu"
+def _polling_at_low_pressure(path) -> tuple[Loop, CpuPressure, BusyPoll]:
+    """A loop polling in its full 50 us window, its pressure read from path (none yet)."""
     _psi(path, 0)
     loop = Loop()
     pressure = CpuPressure(str(path))
     poll = BusyPoll(loop.call_soon, 50 * US, loop.clock, pressure)
     for _ in range(6):
         work(loop, poll, after=45 * US)
+    return loop, pressure, poll
+
+
+def test_a_poller_descheduled_while_the_pressure_is_low_polls_on(tmp_path):
+    path = tmp_path / "cpu"
+    loop, pressure, poll = _polling_at_low_pressure(path)
     assert poll.window_ns == 50 * US and loop.ready
     loop.turn(1 * US)
     loop.now += 200 * US  # descheduled, but no task waited for a CPU since the last reading
@@ -232,12 +238,7 @@ def test_the_kernels_pressure_file_reads_where_there_is_one():
 
 def test_no_window_starts_while_the_pressure_is_high(tmp_path):
     path = tmp_path / "cpu"
-    _psi(path, 0)
-    loop = Loop()
-    pressure = CpuPressure(str(path))
-    poll = BusyPoll(loop.call_soon, 50 * US, loop.clock, pressure)
-    for _ in range(6):
-        work(loop, poll, after=45 * US)
+    loop, pressure, poll = _polling_at_low_pressure(path)
     assert poll.window_ns == 50 * US
     _psi(path, 10 * MS // 1000)  # waited the whole time since the first reading
     loop.run_until_idle(1 * US)

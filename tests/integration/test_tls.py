@@ -32,11 +32,9 @@ def _frames(sock, reader: wire.FrameReader, n: int = 1) -> list:
     return got
 
 
-def test_tls_upgrade_then_publish(make_broker, cert):
-    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--https-address", "127.0.0.1:0")
-    raw = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
-    raw.sendall(wire.MAGIC + wire.identify({"feature_negotiation": True, "tls_v1": True}))
-    reader = wire.FrameReader()
+def _upgrade(raw, reader: wire.FrameReader) -> tuple[ssl.SSLSocket, ssl.SSLContext, wire.FrameReader]:
+    """IDENTIFY with tls_v1 on raw (its magic sent), the handshake, the upgrade's OK over TLS."""
+    raw.sendall(wire.identify({"feature_negotiation": True, "tls_v1": True}))
     ((ftype, body),) = _frames(raw, reader)
     assert orjson.loads(body)["tls_v1"] is True
     ctx = ssl.create_default_context()
@@ -44,7 +42,15 @@ def test_tls_upgrade_then_publish(make_broker, cert):
     ctx.verify_mode = ssl.CERT_NONE
     tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     reader = wire.FrameReader()
-    assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]  # the upgrade's OK, over TLS
+    assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]
+    return tls, ctx, reader
+
+
+def test_tls_upgrade_then_publish(make_broker, cert):
+    b = make_broker("--tls-cert", cert[0], "--tls-key", cert[1], "--https-address", "127.0.0.1:0")
+    raw = socket.create_connection(("127.0.0.1", b.tcp_port), timeout=10)
+    raw.sendall(wire.MAGIC)
+    tls, ctx, reader = _upgrade(raw, wire.FrameReader())
     tls.sendall(wire.pub("secure", b"s3cret") + wire.sub("secure", "ch") + wire.rdy(1))
     frames = _frames(tls, reader, 3)
     assert frames[0] == (wire.FRAME_RESPONSE, b"OK") and frames[1] == (wire.FRAME_RESPONSE, b"OK")
@@ -150,15 +156,7 @@ def test_a_publisher_in_the_clear_that_upgrades_keeps_its_handshake_from_the_bus
     for i in range(200):  # answered one at a time: the poll is in its window after each
         raw.sendall(wire.pub("clear_then_tls", b"clear%03d" % i))
         assert _frames(raw, reader) == [(wire.FRAME_RESPONSE, b"OK")]
-    raw.sendall(wire.identify({"feature_negotiation": True, "tls_v1": True}))
-    ((ftype, body),) = _frames(raw, reader)
-    assert orjson.loads(body)["tls_v1"] is True
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-    reader = wire.FrameReader()
-    assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]
+    tls, _, reader = _upgrade(raw, reader)
     for i in range(200):
         tls.sendall(wire.pub("clear_then_tls", b"tls%03d" % i))
         assert _frames(tls, reader) == [(wire.FRAME_RESPONSE, b"OK")]

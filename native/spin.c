@@ -30,7 +30,10 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "parser.h"
+
 #define SPIN_READ_MAX 262144  /* as much as uvloop reads at once */
+#define SPIN_LINE_MAX 512     /* a publish's line longer than this is not waited for */
 static char spin_buf[SPIN_READ_MAX];
 
 static long long
@@ -55,23 +58,25 @@ loop_has_other(int loop_fd, int fd)
     return 0;
 }
 
-/* The bytes the first command of p[0:n] needs when it is a publish whose body has not
- * all come (0 when it is whole, or no publish, or longer than the buffer). */
-static size_t
-publish_short(const char *p, size_t n)
+/* The first command of p[0:n] is a publish whose line, size or body has not all come
+ * (framed as the parser frames it; one longer than the buffer is not waited for). */
+static int
+publish_incomplete(const char *p, size_t n)
 {
     if (!(n >= 4 && memcmp(p, "PUB ", 4) == 0) && !(n >= 5 && (memcmp(p, "MPUB ", 5) == 0
                                                                || memcmp(p, "DPUB ", 5) == 0)))
         return 0;
-    const char *nl = memchr(p, '\n', n < 512 ? n : 512);
-    if (nl == NULL)
-        return n < 512 ? n + 1 : 0;
-    size_t head = (size_t)(nl - p) + 1;
-    if (n < head + 4)
-        return head + 4;
-    const unsigned char *z = (const unsigned char *)p + head;
-    size_t total = head + 4 + ((size_t)z[0] << 24 | (size_t)z[1] << 16 | (size_t)z[2] << 8 | z[3]);
-    return total > n && total <= SPIN_READ_MAX ? total : 0;
+    nqp_frame f;
+    nqp_error err;
+    int rc = nqp_frame_next((const uint8_t *)p, n, 0, SPIN_LINE_MAX, INT64_MAX, INT64_MAX, &f, &err);
+    if (rc == NQP_FRAME_NEED_MORE)
+        return 1;
+    if (rc != NQP_FRAME_OK || f.body_off != NQP_BODY_PENDING)
+        return 0;  /* a line too long, a body whole or with a bad size: the parser's to answer */
+    if (f.body_len < 0)  /* the size itself is still coming */
+        return 1;
+    size_t head = f.line_len + (p[f.line_len] == '\r') + 1;  /* the line and its \n */
+    return head + 4 + (size_t)f.body_len <= SPIN_READ_MAX;
 }
 
 PyDoc_STRVAR(spin_read_doc,
@@ -99,7 +104,7 @@ py_spin_read(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
             /* a client's buffered writer sends a big MPUB 4 KiB at a time: what the
              * loop would read at once after its turn, read here as it comes */
             have += (size_t)r;
-            if (publish_short(spin_buf, have) == 0)
+            if (!publish_incomplete(spin_buf, have))
                 return PyBytes_FromStringAndSize(spin_buf, (Py_ssize_t)have);
         } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             break;  /* end of stream, an error: the loop's to see (after what came) */

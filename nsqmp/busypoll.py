@@ -124,8 +124,9 @@ class BusyPoll:
         self.pressure = pressure
         self.polls = 0  # windows started
         self.holds = 0  # polls given up because the CPU was wanted
-        # called with the window's time left on every tick that polls on: a closer look,
-        # for up to that long, at where work comes next (nsqmp.acceptor.hotspin)
+        # called on every tick that polls on with the window's time left, at most
+        # _SPIN_NS: a closer look, for up to that long, at where work comes next
+        # (nsqmp.acceptor.hotspin)
         self.spin: Callable[[int], None] | None = None
 
     def touch(self) -> None:

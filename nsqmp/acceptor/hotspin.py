@@ -1,28 +1,29 @@
 """The busy poll's look at the last publisher's socket (native/spin.c says why).
 
 While the acceptor's busy poll is in its window, each of its ticks spins in C (for the
-time busypoll gives it, at most its ``_SPIN_NS``) on the socket of the connection that published last, and hands what comes
-to that connection's ``data_received``, as uvloop would: a one-message publisher's next
-PUB is answered about 2 us sooner, soon enough that its client has not gone to sleep.
+time busypoll gives it, at most its ``_SPIN_NS``) on the socket of the connection that
+published last, and hands what comes to that connection's ``data_received``, as uvloop
+would: a one-message publisher's next PUB is answered about 2 us sooner, soon enough
+that its client has not gone to sleep.
 
 It looks only where a read of the raw socket is what uvloop would have given the
 connection: a plain TCP stream whose transport reads for the connection itself (not for
 a TLS handshake's protocol, nor through TLS after it), reading not paused (flow control,
 an upgrade waiting), the transport not closing (so its fd is not yet closed, nor reused
-by another connection). Any other fd of the loop that is
-ready ends the spin (``loop_fd``, the loop's epoll set, found once), and without that set
-it does not spin at all.
+by another connection). Any other fd of the loop that is ready ends the spin
+(``loop_fd``, the loop's epoll set, found once), and without that set it does not spin
+at all.
 """
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from nsqmp._native import spin_read
 
 if TYPE_CHECKING:
     from nsqmp.acceptor.tcp import V2Connection
+
 
 def loop_epoll_fd() -> int:
     """The event loop's epoll fd: the process's only one, or -1 (then no spinning)."""

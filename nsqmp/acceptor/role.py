@@ -130,8 +130,9 @@ class Acceptor(Role):
         self.publish_spans = self.publisher.publish_spans
         self.run_tail = self.publisher.run_tail
         self.busy_touch = self.busy.touch
-        self.hot = HotSpin(loop_epoll_fd(), self._read_failed)
-        if self.opts.busy_poll and self.hot.loop_fd >= 0:
+        # the loop's epoll set, looked for only when there is a poll to spin in
+        self.hot = HotSpin(loop_epoll_fd() if self.opts.busy_poll else -1, self._read_failed)
+        if self.hot.loop_fd >= 0:
             self.busy.spin = self.hot
         self.ring_hold = RingHold()
         self.endpoint.on_unblocked = self.ring_hold.release

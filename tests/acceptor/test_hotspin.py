@@ -4,6 +4,7 @@ epoll fd found in a real uvloop, and a broker whose one acceptor spins on a publ
 while it serves a consumer and TLS on other connections."""
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 import select
@@ -14,7 +15,7 @@ import time
 import uvloop
 
 from nsqmp._native import spin_read
-from nsqmp.acceptor.hotspin import loop_epoll_fd
+from nsqmp.acceptor.hotspin import HotSpin, loop_epoll_fd
 from nsqmp.client import Connection, wire
 
 MS = 1_000_000
@@ -105,6 +106,13 @@ def test_a_publish_whose_body_comes_in_pieces_is_read_whole():
         sender = _send_later(a, data[4096:], delay=0.01)
         assert spin_read(b.fileno(), -1, 5_000 * MS) == data
         sender.join(10)
+        # its size cut in two, its line with a \r: read whole too
+        pub = wire.pub("t", b"y" * 5000).replace(b"\n", b"\r\n", 1)
+        cut = pub.index(b"\n") + 3
+        a.sendall(pub[:cut])
+        sender = _send_later(a, pub[cut:], delay=0.01)
+        assert spin_read(b.fileno(), -1, 5_000 * MS) == pub
+        sender.join(10)
         # not a publish, or one that has all come: what there is, at once
         a.sendall(b"NOP\n" + data[:100])
         assert spin_read(b.fileno(), -1, 5_000 * MS) == b"NOP\n" + data[:100]
@@ -186,9 +194,6 @@ class _Conn:
 
 
 def test_it_reads_only_for_the_connection_its_transport_reads_for():
-    from nsqmp.acceptor.hotspin import HotSpin
-    import asyncio
-
     async def main() -> None:
         loop = asyncio.get_running_loop()
         conn = _Conn()

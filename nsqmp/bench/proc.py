@@ -113,6 +113,18 @@ def machine_idle() -> tuple[int, int, int]:
     return ticks[3] + ticks[4], ticks[7], sum(ticks[:8])  # guest time is counted in user already
 
 
+def autogroup() -> bool | None:
+    """Whether the kernel's autogroup is on (/proc/sys/kernel/sched_autogroup_enabled), or
+    None where it cannot say. On, the scheduler shares the CPUs between sessions first:
+    a broker started in a session of its own (launcher.Broker, nsqd too) and the bench's
+    tools each get half of a full machine, whatever their thread counts."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
+
+
 def _sched(threads0: dict, threads1: dict, machine0: tuple[int, int, int], machine1: tuple[int, int, int],
            wall: float) -> dict:
     """What held the run back: the machine's idle and stolen shares (of all its CPUs) and the server's

@@ -29,7 +29,7 @@ import orjson
 from nsqmp.bench import floor
 from nsqmp.bench.commands import ShowDefaults
 from nsqmp.bench.nsqtools import Client, NsqTools, OwnClient
-from nsqmp.bench.proc import STEAL_MAX
+from nsqmp.bench.proc import STEAL_MAX, autogroup
 from nsqmp.bench.sidebyside import NSQD_FLAGS, Target, memory, order, run_one
 from nsqmp.bench.suitetable import render
 
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "reps": args.reps, "runfor": args.runfor,
             "client": client.name, "targets": [t.label for t in targets], "nsqd": args.nsqd,
             "nsqd_flags": list(NSQD_FLAGS) if args.nsqd else None, "baseline": args.baseline,
-            "broker_args": args.broker_args}
+            "broker_args": args.broker_args, "autogroup": autogroup()}
     lines, summary = render(meta, chosen, runs)
     failed = [[r["rep"], r["workload"], r["error"], r["target"]] for r in runs if "error" in r]
     # by workload name: nsqmp's runs (the floor's for a floor row), as before side by side

@@ -62,6 +62,10 @@ def _header(meta: dict) -> list[str]:
                  "../shared/tools/build-nsq.sh). The figures are nsqmp's alone; no ratio to nsqd.", ""]
     if meta.get("baseline"):
         head += [f"baseline: the nsqmp checkout {meta['baseline']}.", ""]
+    if meta.get("autogroup"):
+        head += ["The kernel's autogroup is on: every broker runs in a session of its own, so on a "
+                 "full machine its processes together get half the CPUs and the tools the other "
+                 "half (docs/performance.md, \"Mixed load\").", ""]
     return head
 
 

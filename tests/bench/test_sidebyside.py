@@ -20,7 +20,7 @@ import pytest
 
 from nsqmp.bench import floor
 from nsqmp.bench.nsqtools import go_duration, parse_result
-from nsqmp.bench.sidebyside import Baseline
+from nsqmp.bench.sidebyside import Baseline, Target
 from nsqmp.client import wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +98,26 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
     readers = [r for r in raw["runs"] if r["workload"] == "reader, 2 conns, draining"]
     assert all(r["backlog"] == 500_000 and r["msgs_per_sec"] > 0 for r in readers)
     assert raw["meta"]["targets"] == ["nsqd", "nsqmp"] and raw["summary"]["writer PUB, 1 conn"]["nsqd"] > 0
+    on = _autogroup_on()  # the header says when the scheduler halves the machine
+    assert raw["meta"]["autogroup"] is on
+    assert ("The kernel's autogroup is on" in proc.stdout) == bool(on), proc.stdout[:2000]
+
+
+def _autogroup_on() -> bool | None:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return None
+
+
+def test_every_broker_runs_in_a_session_of_its_own(tmp_path):
+    """What the header's autogroup sentence rests on: a broker started for a run (nsqmp
+    here; nsqd and a baseline start the same way) leads a session that is not ours."""
+    broker = Target("nsqmp").start(tmp_path, ())
+    try:
+        assert os.getsid(broker.proc.pid) == broker.proc.pid != os.getsid(0)
+    finally:
+        broker.stop()
 
 
 def test_without_nsqd_it_says_so_and_a_baseline_is_a_third_broker(tmp_path):

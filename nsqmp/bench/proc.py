@@ -45,12 +45,15 @@ def with_cpu(procs: dict[str, int], run: Callable[[], dict]) -> dict:
         result = run()
     wall = time.monotonic() - t0
     threads1, machine1 = sampler.seen, machine_idle()
-    used = sum(cpu_seconds(p) - t for p, t in before.items())
+    each = {title: cpu_seconds(p) - before[p] for title, p in procs.items()}
+    used = sum(each.values())
     client = _children_cpu() - client0
     moved = _moved(result)
     if moved and used == used:  # NaN: a process of the broker died during the run
         result["cpu_us_per_msg"] = {"broker": round(used * 1e6 / moved, 2), "client": round(client * 1e6 / moved, 2)}
         result["sched"] = _sched(threads0, threads1, machine0, machine1, wall)
+        # the cores each used over the run: which side of the machine the load went to
+        result["cores"] = {**{t: round(c / wall, 3) for t, c in each.items()}, "tools": round(client / wall, 3)}
     return result
 
 

@@ -93,6 +93,7 @@ def render(meta: dict, chosen: list[dict], runs: list[dict]) -> tuple[list[str],
     lines += _distances(chosen, summary, labels)
     lines += _cpu(chosen, runs, labels)
     lines += _held_back(chosen, runs, labels)
+    lines += _cores(chosen, runs, labels)
     again = [(r, s) for r in runs for s in r.get("stolen_runs", ())]
     if again:
         lines += ["", f"Runs set aside because the hypervisor stole more than {STEAL_MAX:.0%} of the machine "
@@ -183,6 +184,25 @@ def _cpu(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
         f"CPU per message moved (published + delivered), microseconds, medians: broker (all its "
         f"processes) / client (the bench tools), and in brackets the rate both together allow on "
         f"this machine's {cores} cores, cores / (broker + client):")
+
+
+def _cores(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:
+    """The cores each of the broker's processes and the bench tools used over a run
+    (medians; a process under 0.01 left out): on a full machine, where the CPUs went."""
+
+    def cell(per: list[dict]) -> str:
+        titles = list(dict.fromkeys(t for p in per for t in p))
+        medians = {t: statistics.median(p.get(t, 0.0) for p in per) for t in titles}
+        shown = [f"{t.removeprefix('nsqmp ')} {c:.2f}" for t, c in medians.items()
+                 if t != "tools" and c >= 0.01]
+        return ", ".join(shown) + f"; tools {medians.get('tools', 0.0):.2f}"
+
+    return _per_run_table(
+        chosen, runs, labels, "cores", cell,
+        "Cores used over the run (medians): each of the broker's processes (/proc/<pid>/stat), "
+        "and the bench tools together (their rusage once they exit). With the kernel's "
+        "autogroup on, a full machine gives the broker's processes and the tools about half "
+        "the cores each.")
 
 
 def _held_back(chosen: list[dict], runs: list[dict], labels: list[str]) -> list[str]:

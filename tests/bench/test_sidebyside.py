@@ -46,10 +46,12 @@ def suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict
 
 def row(stdout: str, name: str, table: str = "rates") -> list[str]:
     """The cells of the row for name in the rates table, or (table="cpu") in the CPU table,
-    or (table="held") in the table of what held the runs back."""
+    (table="held") in the table of what held the runs back, or (table="cores") in the
+    table of the cores each process used."""
     rates, _, rest = stdout.partition("CPU per message moved")
-    cpu, _, held = rest.partition("What held the runs back")
-    text = {"rates": rates, "cpu": cpu, "held": held}[table]
+    cpu, _, rest = rest.partition("What held the runs back")
+    held, _, cores = rest.partition("Cores used over the run")
+    text = {"rates": rates, "cpu": cpu, "held": held, "cores": cores}[table]
     (line,) = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |")]
     return [c.strip() for c in line.strip("|").split("|")]
 
@@ -93,6 +95,13 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
             assert float(broker_us) > 0 and slash == "/" and float(client_us) >= 0 and allowed.startswith("("), cell
         for cell in row(proc.stdout, name, "held")[1:]:  # what held the runs back
             held_cell(cell)
+        for label, cell in zip(("nsqd", "nsqmp"), row(proc.stdout, name, "cores")[1:]):
+            procs, _, tools = cell.partition("; tools ")  # each process's cores, the tools'
+            assert 0 < float(tools) <= os.cpu_count() + 0.5, cell
+            shares = dict(p.rsplit(" ", 1) for p in procs.split(", "))
+            assert all(0 <= float(c) <= 1.05 for c in shares.values()), cell
+            # nsqmp-nsqd is nsqmp too: its acceptor took the connections
+            assert "acceptor 0" in shares, (label, cell)
     pub = [(r["rep"], r["position"], r["target"]) for r in raw["runs"] if r["workload"] == "writer PUB, 1 conn"]
     assert pub == [(1, 0, "nsqd"), (1, 1, "nsqmp"), (2, 0, "nsqmp"), (2, 1, "nsqd")]
     readers = [r for r in raw["runs"] if r["workload"] == "reader, 2 conns, draining"]

@@ -52,15 +52,10 @@ class HotSpin:
         self.reads = 0  # spins that read something
 
     def published(self, conn: V2Connection) -> None:
-        """conn published: it is the one to look at."""
-        if conn is self.conn:
-            return
-        self.conn, self.fd = conn, -1
-        transport = conn.transport
-        if transport is not None and not conn.tls:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                self.fd = sock.fileno()
+        """conn published: it is the one to look at (its socket is found by the first
+        spin on it, not here on every publish)."""
+        if conn is not self.conn:
+            self.conn, self.fd = conn, -1
 
     def forget(self, conn: V2Connection) -> None:
         if conn is self.conn:
@@ -68,13 +63,17 @@ class HotSpin:
 
     def __call__(self, ns: int) -> None:
         conn = self.conn
-        if conn is None or self.fd < 0 or conn.closed or conn.tls or conn.waiting_for \
-                or not conn.flow.reading:
+        if conn is None or conn.closed or conn.tls or conn.waiting_for or not conn.flow.reading:
             return
         transport = conn.transport
         if transport is None or transport.is_closing() or not transport.is_reading() \
                 or transport.get_protocol() is not conn:  # a TLS handshake's, say
             return
+        if self.fd < 0:
+            sock = transport.get_extra_info("socket")
+            if sock is None:
+                return
+            self.fd = sock.fileno()
         self.spins += 1
         data = spin_read(self.fd, self.loop_fd, ns)
         if data is None:

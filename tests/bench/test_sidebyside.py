@@ -20,6 +20,7 @@ import pytest
 
 from nsqmp.bench import floor
 from nsqmp.bench.nsqtools import go_duration, parse_result
+from nsqmp.bench.proc import autogroup
 from nsqmp.bench.sidebyside import Baseline, Target
 from nsqmp.client import wire
 
@@ -107,16 +108,9 @@ def test_side_by_side_alternates_and_prints_both_columns(tmp_path):
     readers = [r for r in raw["runs"] if r["workload"] == "reader, 2 conns, draining"]
     assert all(r["backlog"] == 500_000 and r["msgs_per_sec"] > 0 for r in readers)
     assert raw["meta"]["targets"] == ["nsqd", "nsqmp"] and raw["summary"]["writer PUB, 1 conn"]["nsqd"] > 0
-    on = _autogroup_on()  # the header says when the scheduler halves the machine
+    on = autogroup()  # the header says when the scheduler halves the machine
     assert raw["meta"]["autogroup"] is on
     assert ("The kernel's autogroup is on" in proc.stdout) == bool(on), proc.stdout[:2000]
-
-
-def _autogroup_on() -> bool | None:
-    try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-    except OSError:
-        return None
 
 
 def test_every_broker_runs_in_a_session_of_its_own(tmp_path):

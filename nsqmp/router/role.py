@@ -34,6 +34,9 @@ log = logging.getLogger("nsqmp.router")
 # gen-0 pass every _GC_YOUNG net allocations (about 1-3 ms), a gen-1 pass every third.
 _GC_YOUNG = 5_000
 _GC_NEVER = 2**31 - 1  # gen-2 threshold: a full collection never runs by itself
+# Messages in flight from which a consumer's pipe counts as full: a millisecond more before
+# its FINs free credit leaves it a thousand messages to work on meanwhile
+FULL_PIPE = 1024
 # Messages a durable channel (or a topic without channels) holds as objects before new
 # batches wait in the files as ranges: mem-queue-size, within these bounds. Past the upper
 # one, objects only cost memory: a range is read back in C at millions of messages per
@@ -93,9 +96,12 @@ class Router(Role):
         }
 
     def poll_rings(self) -> bool:
-        """With no consumer connected nobody waits on a publish: while publishes come,
-        the router takes them once a millisecond instead of being woken for each."""
-        return not self.consumers
+        """True while no one waits on the router: no consumer connected (nobody waits on
+        a publish), or every consumer with RDY has FULL_PIPE messages or more in flight
+        (none waits on a FIN freeing its credit, or on a publish). The router then takes
+        what comes once a millisecond instead of being woken for each record. A consumer
+        with a small RDY, or one waiting for messages, keeps the router woken at once."""
+        return all(c.in_flight >= FULL_PIPE for c in self.consumers.values() if c.rdy)
 
     def setup(self) -> None:
         """In the child: attach to the rings, then rebuild the owned topics from the files."""

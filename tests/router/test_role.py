@@ -14,7 +14,7 @@ from nsqmp.diskqueue.segment import encode
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Plan
 from nsqmp.protocol.frames import MESSAGE_HEADER
-from nsqmp.router.role import Router
+from nsqmp.router.role import FULL_PIPE, Router
 
 CONN = records.conn_id(1, 1, 7)  # a connection of acceptor 1
 
@@ -135,3 +135,30 @@ def test_a_fire_record_requeues_the_flight_and_the_next_pass_redelivers(router):
     (deliver,) = router.endpoint.take(records.DELIVER)
     ch = router.topics[b"t"].channels[b"c"]
     assert ch.timeout_count == 1 and len(ch.in_flight) == 1 and deliver[1].endswith(b"a")
+
+
+def test_the_router_polls_its_rings_only_while_no_consumer_waits_on_it(router):
+    """poll_rings: no consumer, or every consumer with RDY holding a full pipe (FULL_PIPE
+    in flight or more), and the router takes its records once a millisecond; a consumer
+    with RDY and fewer in flight (waiting on a FIN or a publish) keeps it woken at once."""
+    assert router.poll_rings()  # nobody subscribed: nobody waits on a publish
+    subscribe(router, b"t#ephemeral", b"c")
+    assert router.poll_rings()  # RDY 0: waits on nothing
+    router.on_record(1, records.rdy(CONN, FULL_PIPE + 100))
+    assert not router.poll_rings()  # credit and nothing to deliver: waits on a publish
+    ids = publish(router, b"t#ephemeral", [b"m%d" % k for k in range(FULL_PIPE)])
+    tick(router)
+    c = router.consumers[CONN]
+    assert c.in_flight == FULL_PIPE and router.poll_rings()
+    router.on_record(1, records.fin(CONN, ids[0]))
+    assert c.in_flight == FULL_PIPE - 1 and not router.poll_rings()  # its pipe runs low
+    router.on_record(1, records.req(CONN, 0, ids[1]))
+    tick(router)  # the requeued message goes straight back out
+    assert c.in_flight == FULL_PIPE - 1 and not router.poll_rings()
+    publish(router, b"t#ephemeral", [b"x"])
+    tick(router)
+    assert c.in_flight == FULL_PIPE and router.poll_rings()
+    other = records.conn_id(1, 1, 8)  # a second consumer, RDY 1, with nothing in flight
+    router.on_record(1, records.sub(other, b"t#ephemeral", b"c", orjson.dumps({"msg_timeout": 60000})))
+    router.on_record(1, records.rdy(other, 1))
+    assert not router.poll_rings()

@@ -14,7 +14,7 @@ from nsqmp.diskqueue.segment import encode
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Plan
 from nsqmp.protocol.frames import MESSAGE_HEADER
-from nsqmp.router.role import FULL_PIPE, Router
+from nsqmp.router.role import FULL_PIPE, FULL_PIPE_LOOK_MAX, Router
 
 CONN = records.conn_id(1, 1, 7)  # a connection of acceptor 1
 
@@ -140,7 +140,8 @@ def test_a_fire_record_requeues_the_flight_and_the_next_pass_redelivers(router):
 def test_the_router_polls_its_rings_only_while_no_consumer_waits_on_it(router):
     """poll_rings: no consumer, or every consumer with RDY holding a full pipe (FULL_PIPE
     in flight or more), and the router takes its records once a millisecond; a consumer
-    with RDY and fewer in flight (waiting on a FIN or a publish) keeps it woken at once."""
+    with RDY and fewer in flight (waiting on a FIN or a publish) keeps it woken at once,
+    and so do more than FULL_PIPE_LOOK_MAX consumers (not looked at one by one)."""
     assert router.poll_rings()  # nobody subscribed: nobody waits on a publish
     subscribe(router, b"t#ephemeral", b"c")
     assert router.poll_rings()  # RDY 0: waits on nothing
@@ -162,3 +163,9 @@ def test_the_router_polls_its_rings_only_while_no_consumer_waits_on_it(router):
     router.on_record(1, records.sub(other, b"t#ephemeral", b"c", orjson.dumps({"msg_timeout": 60000})))
     router.on_record(1, records.rdy(other, 1))
     assert not router.poll_rings()
+    router.on_record(1, records.rdy(other, 0))
+    assert router.poll_rings()
+    for k in range(FULL_PIPE_LOOK_MAX - 1):  # idle consumers (RDY 0) up to one too many
+        idle = records.conn_id(1, 1, 100 + k)
+        router.on_record(1, records.sub(idle, b"t#ephemeral", b"c", orjson.dumps({"msg_timeout": 60000})))
+    assert len(router.consumers) == FULL_PIPE_LOOK_MAX + 1 and not router.poll_rings()

@@ -37,9 +37,9 @@ _GC_NEVER = 2**31 - 1  # gen-2 threshold: a full collection never runs by itself
 # Messages in flight from which a consumer's pipe counts as full: a millisecond more before
 # its FINs free credit leaves it a thousand messages to work on meanwhile
 FULL_PIPE = 1024
-# Consumers a router looks at per drain to decide that; with more it is woken as before (a
-# look at each, 50-100 ns, on every drain of a router with thousands of idle consumers
-# would cost more than the wake-ups it saves)
+# Consumers a router looks at per drain to decide that (1.7 us for 64); with more it is
+# woken as before: a look at each of thousands of consumers on every drain would cost more
+# than the wake-ups it saves
 FULL_PIPE_LOOK_MAX = 64
 # Messages a durable channel (or a topic without channels) holds as objects before new
 # batches wait in the files as ranges: mem-queue-size, within these bounds. Past the upper

@@ -61,9 +61,14 @@ def tick(router) -> None:
     router.loop.run_until_complete(asyncio.sleep(0))
 
 
+def sub(router, conn: int, topic: bytes, channel: bytes) -> None:
+    """conn's SUB record, as acceptor 1 sends it."""
+    router.on_record(1, records.sub(conn, topic, channel, orjson.dumps({"msg_timeout": 60000})))
+
+
 def subscribe(router, topic: bytes, channel: bytes) -> None:
     """SUB to a new channel: it waits for both acceptors' BARRIER_OK."""
-    router.on_record(1, records.sub(CONN, topic, channel, orjson.dumps({"msg_timeout": 60000})))
+    sub(router, CONN, topic, channel)
     barriers = router.endpoint.take(records.BARRIER)
     assert sorted(dst for dst, _ in barriers) == [0, 1] and not router.endpoint.take(records.SUB_OK)
     for dst, rec in barriers:
@@ -160,12 +165,11 @@ def test_the_router_polls_its_rings_only_while_no_consumer_waits_on_it(router):
     tick(router)
     assert c.in_flight == FULL_PIPE and router.poll_rings()
     other = records.conn_id(1, 1, 8)  # a second consumer, RDY 1, with nothing in flight
-    router.on_record(1, records.sub(other, b"t#ephemeral", b"c", orjson.dumps({"msg_timeout": 60000})))
+    sub(router, other, b"t#ephemeral", b"c")
     router.on_record(1, records.rdy(other, 1))
     assert not router.poll_rings()
     router.on_record(1, records.rdy(other, 0))
     assert router.poll_rings()
     for k in range(FULL_PIPE_LOOK_MAX - 1):  # idle consumers (RDY 0) up to one too many
-        idle = records.conn_id(1, 1, 100 + k)
-        router.on_record(1, records.sub(idle, b"t#ephemeral", b"c", orjson.dumps({"msg_timeout": 60000})))
+        sub(router, records.conn_id(1, 1, 100 + k), b"t#ephemeral", b"c")
     assert len(router.consumers) == FULL_PIPE_LOOK_MAX + 1 and not router.poll_rings()

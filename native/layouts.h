@@ -86,6 +86,7 @@
 #define NQL_ID 16                       /* bytes of a message id */
 
 /* NSQ frame */
+#define NQL_FRAME_SIZE 4                /* the size word (big-endian): the bytes after it */
 #define NQL_FRAME_HEAD 8                /* size + type */
 #define NQL_FRAME_RESPONSE 0
 #define NQL_FRAME_ERROR 1

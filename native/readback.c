@@ -372,10 +372,58 @@ py_pack_members(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nar
     return pack(args, nargs, 1);
 }
 
+
+/* ------------------------------------------------------------------ */
+/* frames_span                                                         */
+/* ------------------------------------------------------------------ */
+
+PyDoc_STRVAR(frames_span_doc,
+"frames_span(frames, start, k, /)\n--\n\n"
+"Where the first k whole frames of `frames` from byte `start` on end, as\n"
+"(end, how many: at most k).  A frame is a 4-byte big-endian size and that\n"
+"many bytes; a frame cut short at the end is not counted.  The acceptor\n"
+"writes a consumer's frames sent ahead of its credit this many at a time.");
+
+static PyObject *
+py_frames_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "frames_span() takes exactly 3 positional arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t k = PyLong_AsSsize_t(args[2]);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || start > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return NULL;
+    }
+    const uint8_t *p = (const uint8_t *)buf.buf;
+    Py_ssize_t pos = start, n = 0;
+    while (n < k && buf.len - pos >= NQL_FRAME_SIZE) {
+        uint32_t size = (uint32_t)p[pos] << 24 | (uint32_t)p[pos + 1] << 16
+                        | (uint32_t)p[pos + 2] << 8 | (uint32_t)p[pos + 3];
+        if ((Py_ssize_t)size > buf.len - pos - NQL_FRAME_SIZE)
+            break;
+        pos += NQL_FRAME_SIZE + (Py_ssize_t)size;
+        n++;
+    }
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(nn)", pos, n);
+}
+
 static PyMethodDef readback_functions[] = {
     {"read_messages", (PyCFunction)(void (*)(void))py_read_messages, METH_FASTCALL, read_messages_doc},
     {"pack_frames", (PyCFunction)(void (*)(void))py_pack_frames, METH_FASTCALL, pack_frames_doc},
     {"pack_members", (PyCFunction)(void (*)(void))py_pack_members, METH_FASTCALL, pack_members_doc},
+    {"frames_span", (PyCFunction)(void (*)(void))py_frames_span, METH_FASTCALL, frames_span_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,9 +48,10 @@ def _kind_name(kind: int) -> str:
     """``40 (FIRE)``: a record kind with its name in nsqmp.ipc.records, for the log."""
     from nsqmp.ipc import records  # failure path only
 
-    # the kinds are the module's upper-case one-byte ints (STATE_* are LOOKUP_STATE's flags)
-    names = [n for n, v in vars(records).items()
-             if n.isupper() and type(v) is int and v == kind and v < 256 and not n.startswith("STATE_")]
+    # the kinds are the module's upper-case one-byte ints (STATE_* are LOOKUP_STATE's flags;
+    # OFFSETS names where records' parts start)
+    names = [n for n, v in vars(records).items() if n.isupper() and type(v) is int and v == kind
+             and v < 256 and not n.startswith("STATE_") and n not in records.OFFSETS]
     return f"{kind} ({'/'.join(names)})" if names else str(kind)
 
 

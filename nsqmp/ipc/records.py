@@ -12,7 +12,10 @@ followed by at most one variable part. Layouts, by kind::
     SUB      | kind | conn u64 | topic_len u8 | topic | channel_len u8 | channel | client info (JSON)
     RESUB    | as SUB                              (the same consumer again, to a restarted router)
     RDY      | kind | conn u64 | count u32
-    FIN      | kind | conn u64 | n x id 16            (one connection's FINs, in order)
+    FIN      | kind | conn u64 | ahead u32 | n x id 16
+                                                (one connection's FINs, in order; ahead: how many
+                                                 frames sent ahead the acceptor wrote for them)
+    UNSENT   | kind | conn u64 | message frames   (frames sent ahead, returned unwritten)
     REQ      | kind | conn u64 | delay_ms u32 | id 16
     TOUCH    | kind | conn u64 | id 16
     CLS      | kind | conn u64
@@ -26,6 +29,12 @@ followed by at most one variable part. Layouts, by kind::
     BARRIER_OK | kind | barrier u64                 (queued behind everything sent before it)
   router -> acceptor
     DELIVER  | kind | conn u64 | message frames, ready to write to the socket
+    DELIVER_AHEAD | kind | conn u64 | rdy u32 | message frames
+                                                (sent ahead of the consumer's credit: written one
+                                                 for each FIN or REQ it sends, while its RDY is at
+                                                 least rdy; see nsqmp.acceptor.ahead)
+    RECALL   | kind | conn u64                      (send back what is held ahead: its channel
+                                                 was paused or emptied)
     CONN_ERR | kind | conn u64 | fatal u8 | error text
     REPLY    | kind | req_id u32 | JSON reply       (or its last piece: see REPLY_PART)
     REPLY_PART | kind | req_id u32 | leading bytes of a JSON reply too big for one record
@@ -77,10 +86,11 @@ from typing import Any
 import orjson
 
 PUBLISH, SUB, RDY, FIN, REQ, TOUCH, CLS, GONE, A_HELLO, CONTROL = range(1, 11)
-CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK, RESUB = range(11, 17)
+CHANNELS, LOOKUPDS, CONFIG, PUBLISH_AT, BARRIER_OK, RESUB, UNSENT = range(11, 18)
 DELIVER, CONN_ERR, REPLY, R_HELLO, TOPIC_FULL, CLOSE_CONN, TOPIC_GONE, SUB_OK, BARRIER, REPLY_PART = range(20, 30)
 LOOKUP_REG, LOOKUP_STATE, CHANNELS_ASK, CONFIG_SET = range(50, 54)
 DEAD_LETTER, DEAD_LETTER_OK = 60, 61
+DELIVER_AHEAD, RECALL = 70, 71
 ARM, DISARM = 30, 31
 FIRE, T_HELLO = 40, 41
 
@@ -300,18 +310,36 @@ def parse_rdy(rec: bytes) -> tuple[int, int]:
     return conn, count
 
 
-FIN_IDS_AT = CONN.size  # where a FIN's ids start (the router's native finish reads them there)
+FIN_IDS_AT = CONN_U32.size  # where a FIN's ids start (the router's native finish reads them there)
+_FIN_AHEAD = struct.Struct("<I")
 
 
-def fin(conn: int, ids: bytes = b"") -> bytearray:
-    """FIN of the 16-byte ids (packed): a bytearray, so the acceptor can add a tick's ids."""
-    return bytearray(CONN.pack(FIN, conn)) + ids
+def fin(conn: int, ids: bytes = b"", ahead: int = 0) -> bytearray:
+    """FIN of the 16-byte ids (packed), for which the acceptor wrote `ahead` frames sent
+    ahead: a bytearray, so the acceptor can add a tick's ids (and add_fin_ahead)."""
+    return bytearray(CONN_U32.pack(FIN, conn, ahead)) + ids
 
 
-def parse_fin(rec: bytes) -> tuple[int, memoryview]:
-    """(conn, its ids packed end to end: a view); per record, not per id (the router's
-    native finish walks the ids)."""
-    return _parse_conn(rec), memoryview(rec)[FIN_IDS_AT:]
+def add_fin_ahead(rec: bytearray, n: int) -> None:
+    """n more frames sent ahead were written for the FINs of rec (a FIN still queued)."""
+    _FIN_AHEAD.pack_into(rec, CONN.size, _FIN_AHEAD.unpack_from(rec, CONN.size)[0] + n)
+
+
+def parse_fin(rec: bytes) -> tuple[int, int, memoryview]:
+    """(conn, frames sent ahead written for them, its ids packed end to end: a view); per
+    record, not per id (the router's native finish walks the ids)."""
+    _, conn, ahead = CONN_U32.unpack_from(rec)
+    return conn, ahead, memoryview(rec)[FIN_IDS_AT:]
+
+
+def unsent(conn: int, frames: bytes) -> bytes:
+    """UNSENT: frames sent ahead to conn that the acceptor returns unwritten."""
+    return _conn(UNSENT, conn) + frames
+
+
+def parse_unsent(rec: bytes) -> tuple[int, memoryview]:
+    """(conn, the frames returned: a view) of an UNSENT."""
+    return _parse_conn(rec), memoryview(rec)[CONN.size:]
 
 
 def req(conn: int, delay_ms: int, msg_id: bytes) -> bytes:
@@ -421,6 +449,32 @@ def deliver_head(conn: int) -> bytes:
 def parse_deliver(rec: bytes) -> tuple[int, memoryview]:
     """(conn, message frames: a view) of a DELIVER."""
     return _parse_conn(rec), memoryview(rec)[DELIVER_FRAMES_AT:]
+
+
+DELIVER_AHEAD_FRAMES_AT = CONN_U32.size  # where a DELIVER_AHEAD's message frames start
+# the names above that are where a record's part starts, not kinds
+OFFSETS = frozenset(("FIN_IDS_AT", "DELIVER_FRAMES_AT", "DELIVER_AHEAD_FRAMES_AT"))
+
+
+def deliver_ahead_head(conn: int, rdy: int) -> bytes:
+    """The head of a DELIVER_AHEAD to conn, sent while its RDY was rdy."""
+    return CONN_U32.pack(DELIVER_AHEAD, conn, rdy)
+
+
+def recall(conn: int) -> bytes:
+    """RECALL: conn's acceptor sends back (UNSENT) the frames it holds ahead for it."""
+    return _conn(RECALL, conn)
+
+
+def parse_recall(rec: bytes) -> int:
+    """The conn of a RECALL."""
+    return _parse_conn(rec)
+
+
+def parse_deliver_ahead(rec: bytes) -> tuple[int, int, memoryview]:
+    """(conn, the RDY it was sent under, message frames: a view) of a DELIVER_AHEAD."""
+    _, conn, rdy = CONN_U32.unpack_from(rec)
+    return conn, rdy, memoryview(rec)[DELIVER_AHEAD_FRAMES_AT:]
 
 
 def conn_err(conn: int, fatal: bool, text: str) -> bytes:

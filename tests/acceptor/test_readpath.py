@@ -186,7 +186,7 @@ def test_a_read_of_fin_lines_becomes_one_fin_record(pair):
         side.feed([b"".join(wire.fin(i) for i in IDS[:5]) + wire.fin(IDS[5])[:7]])
     assert pair[0].seen() == pair[1].seen()
     (slot, rec), = pair[0].host.records
-    assert records.parse_fin(rec) == (pair[0].conn.conn, b"".join(IDS[:5]))
+    assert records.parse_fin(rec) == (pair[0].conn.conn, 0, b"".join(IDS[:5]))
     assert bytes(pair[0].conn.buf) == wire.fin(IDS[5])[:7]
 
 

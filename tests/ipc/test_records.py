@@ -61,12 +61,28 @@ def test_rdy(conn, count):
     assert records.parse_rdy(rec) == (conn, count)
 
 
-@given(conns, st.lists(ids, max_size=10))
-def test_fin(conn, many):
-    rec = records.fin(conn, b"".join(many))
+@given(conns, st.lists(ids, max_size=10), u32s, st.integers(0, 1000))
+def test_fin(conn, many, ahead, more):
+    rec = records.fin(conn, b"".join(many), ahead)
     assert rec[0] == records.FIN and rec[records.FIN_IDS_AT:] == b"".join(many)
-    c, view = records.parse_fin(bytes(rec))
-    assert (c, [bytes(view[k:k + 16]) for k in range(0, len(view), 16)]) == (conn, many)
+    c, n, view = records.parse_fin(bytes(rec))
+    assert (c, n, [bytes(view[k:k + 16]) for k in range(0, len(view), 16)]) == (conn, ahead, many)
+    if ahead + more <= 0xFFFFFFFF:
+        records.add_fin_ahead(rec, more)  # the acceptor's later FINs of the tick, joined
+        assert records.parse_fin(bytes(rec))[:2] == (conn, ahead + more)
+
+
+@given(conns, u32s, st.binary(max_size=300))
+def test_deliver_ahead_and_unsent(conn, rdy, frames):
+    rec = records.deliver_ahead_head(conn, rdy) + frames
+    assert rec[0] == records.DELIVER_AHEAD and rec[records.DELIVER_AHEAD_FRAMES_AT:] == frames
+    c, r, view = records.parse_deliver_ahead(rec)
+    assert (c, r, bytes(view)) == (conn, rdy, frames)
+    assert records.parse_recall(records.recall(conn)) == conn and records.recall(conn)[0] == records.RECALL
+    back = records.unsent(conn, frames)
+    assert back[0] == records.UNSENT
+    c, view = records.parse_unsent(back)
+    assert (c, bytes(view)) == (conn, frames)
 
 
 @given(conns, u32s, ids)
@@ -231,8 +247,8 @@ def test_disarm_and_fire(tokens):
 
 def test_every_kind_is_distinct_and_fits_a_byte():
     kinds = [v for k, v in vars(records).items() if k.isupper() and isinstance(v, int)
-             and k not in ("MEMORY_ONLY", "STATE_FIRST", "STATE_LAST", "FIN_IDS_AT", "DELIVER_FRAMES_AT")]
-    assert len(kinds) == len(set(kinds)) == 36  # 34 + DEAD_LETTER, DEAD_LETTER_OK
+             and k not in ("MEMORY_ONLY", "STATE_FIRST", "STATE_LAST", *records.OFFSETS)]
+    assert len(kinds) == len(set(kinds)) == 39  # 34 + DEAD_LETTER, DEAD_LETTER_OK, UNSENT, DELIVER_AHEAD, RECALL
     assert all(0 < k < 256 for k in kinds)
 
 

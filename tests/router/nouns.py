@@ -80,7 +80,7 @@ class Nouns:
     def fin(self, c: Consumer, ids: list[bytes]) -> list[bytes]:
         """A FIN record's IDs finished by c; the IDs refused."""
         bad: list[bytes] = []
-        c.channel.finish(c, records.parse_fin(records.fin(c.conn, b"".join(ids)))[1], 0, bad)  # as on_fin
+        c.channel.finish(c, records.parse_fin(records.fin(c.conn, b"".join(ids)))[2], 0, bad)  # as on_fin
         return bad
 
     # -- outputs ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nsqmp.acceptor.ahead import Ahead
 from nsqmp.acceptor.gotext import go_s
 from nsqmp.acceptor.session import FIN_STATES, Params, STATE_CLOSING, STATE_SUBSCRIBED
 from nsqmp.ipc import records
@@ -40,6 +41,8 @@ class ConsumeCommands:
     router: int
     rdy: int
     _fins: bytearray
+    ahead: Ahead
+    write: Callable[[bytes | memoryview], None]
     _send: Callable[[int, bytes | bytearray], None]
     _extend: Callable[[int, bytearray, bytes, int], bool]
 
@@ -60,6 +63,8 @@ class ConsumeCommands:
         max_rdy = self.host.opts.max_rdy_count
         if count > max_rdy:
             raise FatalClientError(E.E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
+        if count < self.rdy and self.ahead:
+            self.return_ahead()  # sent under the higher RDY: they would not fit under this one
         self.rdy = count
         self._send(self.router, records.rdy(self.conn, count))
 
@@ -71,17 +76,30 @@ class ConsumeCommands:
         """Queue FINs (16-byte IDs end to end) for the router. While the tick's FIN record
         is still the last record queued for it (nothing of this or any other connection
         came after), the IDs join that record; the rest go in new ones."""
+        # each FIN frees room for one frame sent ahead, written now; the record says how many
+        ahead = self.ahead.write(len(ids) // ID, self.write) if self.ahead else 0
         start, total = 0, len(ids)
         while start < total:
             room = _FIN_RECORD_MAX - len(self._fins)
             piece = ids[start:start + room]
             if room >= ID and self._extend(self.router, self._fins, piece, _FIN_RECORD_MAX):
+                if ahead:
+                    records.add_fin_ahead(self._fins, ahead)
+                    ahead = 0
                 start += len(piece)
                 continue
             piece = ids[start:start + _FIN_RECORD_MAX - records.FIN_IDS_AT]
-            self._fins = records.fin(self.conn, piece)  # a bytearray: the next FINs may join it
+            self._fins = records.fin(self.conn, piece, ahead)  # a bytearray: the next FINs may join it
+            ahead = 0
             self._send(self.router, self._fins)
             start += len(piece)
+
+    def return_ahead(self, older_than: int | None = None) -> None:
+        """Send the frames held ahead (those held since before older_than, when given) back
+        to the router unwritten."""
+        frames = self.ahead.take(older_than)
+        if frames:
+            self._send(self.router, records.unsent(self.conn, frames))
 
     def _message_command(self, params: Params, cmd: str, min_params: int) -> bytes:
         """State and parameter checks shared by FIN, REQ and TOUCH; returns the ID."""
@@ -107,6 +125,8 @@ class ConsumeCommands:
                      delay, top, top, extra=self.log_fields())
             delay = top
         self._send(self.router, records.req(self.conn, delay, msg_id))
+        if self.ahead and self.ahead.write(1, self.write):  # the REQ freed room for one
+            self._send(self.router, records.fin(self.conn, b"", 1))
 
     def cmd_touch(self, params: Params, body_off: int, body_len: int) -> None:
         """TOUCH <id>: the message's timeout starts again."""

@@ -11,6 +11,7 @@ import time
 from collections import deque
 from functools import partial
 
+from nsqmp.acceptor.ahead import HOLD_CHECK_S, HOLD_MAX_NS
 from nsqmp.acceptor.auth import AuthClient
 from nsqmp.acceptor.flow import RingHold
 from nsqmp.acceptor.hotspin import HotSpin, loop_epoll_fd
@@ -19,6 +20,7 @@ from nsqmp.acceptor import http_metrics, ttl_dlq
 from nsqmp.acceptor.producers import ProducerBoard
 from nsqmp.acceptor.publisher import Publisher
 from nsqmp.acceptor.registrar import Registrar
+from nsqmp.acceptor.session import STATE_SUBSCRIBED
 from nsqmp.acceptor.tcp import V2Connection
 from nsqmp import lateness, memstats
 from nsqmp.busypoll import BusyPoll, CpuPressure
@@ -29,6 +31,8 @@ from nsqmp.reuseport import PACK_MAX_CONNECTIONS, STORM_CONNECTIONS, STORM_SECON
 from nsqmp.roles import Role
 
 _STATS_TIMEOUT = 5.0
+# errors a router answers a FIN or REQ with: the frame sent ahead it had written was one too many
+_OWED_ERRORS = ("E_FIN_FAILED", "E_REQ_FAILED")
 
 
 def _tls_context(opts) -> ssl.SSLContext | None:
@@ -93,10 +97,14 @@ class Acceptor(Role):
         self._request_ids = itertools.count(1)
         self._servers: list[asyncio.AbstractServer] = []
         self.registrar: Registrar | None = None  # acceptor 0 only: the broker's lookupd connections
+        self.holding: set[V2Connection] = set()  # consumers with frames held ahead (on_deliver_ahead)
+        self._hold_check: asyncio.TimerHandle | None = None
         self.config_overrides: dict = {}  # options changed at run time (PUT /config/...)
         # records from routers, by kind (acceptor 0 adds the registrar's in setup)
         self.handlers = {
             records.DELIVER: self.on_deliver,
+            records.DELIVER_AHEAD: self.on_deliver_ahead,
+            records.RECALL: self.on_recall,
             records.CONN_ERR: self.on_conn_err,
             records.REPLY: self.on_reply,
             records.REPLY_PART: self.on_reply_part,
@@ -321,11 +329,50 @@ class Acceptor(Role):
         self.endpoint.drain(self.on_record)
 
     def on_deliver(self, src: int, rec: bytes) -> None:
-        """DELIVER: message frames for a connection, written as they are."""
+        """DELIVER: message frames for a connection, written as they are (after what is
+        held ahead for it, if anything is)."""
         conn, frames = records.parse_deliver(rec)
         c = self.connections.get(conn)
         if c is not None:
-            c.write(frames)
+            if c.ahead:  # as many of the held ones first, in order (nsqmp.acceptor.ahead)
+                c.ahead.write_within(frames, c.write)
+            else:
+                c.write(frames)
+
+    def on_deliver_ahead(self, src: int, rec: bytes) -> None:
+        """DELIVER_AHEAD: frames sent ahead of the consumer's credit, held until its FINs
+        free room (nsqmp.acceptor.ahead); back at once if its RDY is now lower than the one
+        they were sent under, or it sent CLS."""
+        conn, rdy, frames = records.parse_deliver_ahead(rec)
+        c = self.connections.get(conn)
+        if c is None:
+            return  # gone: its router requeues them with the rest of its flights
+        if c.rdy < rdy or c.state != STATE_SUBSCRIBED:
+            self.endpoint.send(src, records.unsent(conn, bytes(frames)))
+            return
+        if not c.ahead:
+            self.holding.add(c)
+            if self._hold_check is None:
+                self._hold_check = self.loop.call_later(HOLD_CHECK_S, self._return_old)
+        c.ahead.hold(frames)
+
+    def on_recall(self, src: int, rec: bytes) -> None:
+        """RECALL: the consumer's channel was paused or emptied: what is held goes back."""
+        c = self.connections.get(records.parse_recall(rec))
+        if c is not None and c.ahead:
+            c.return_ahead()
+
+    def _return_old(self) -> None:
+        """Frames held ahead for more than HOLD_MAX_NS go back to their routers."""
+        self._hold_check = None
+        older_than = time.monotonic_ns() - HOLD_MAX_NS
+        for c in list(self.holding):
+            if c.ahead and not c.closed:
+                c.return_ahead(older_than)
+            if not c.ahead or c.closed:
+                self.holding.discard(c)
+        if self.holding:
+            self._hold_check = self.loop.call_later(HOLD_CHECK_S, self._return_old)
 
     def on_conn_err(self, src: int, rec: bytes) -> None:
         """CONN_ERR: an error for a connection (a fatal one closes it)."""
@@ -333,6 +380,8 @@ class Acceptor(Role):
         c = self.connections.get(conn)
         if c is not None:
             code, _, desc = text.partition(" ")
+            if code in _OWED_ERRORS:  # its FIN or REQ may have had a frame sent ahead written
+                c.ahead.owe()
             c.send_error((FatalClientError if fatal else ClientError)(code, desc))
 
     def on_reply_part(self, src: int, rec: bytes) -> None:

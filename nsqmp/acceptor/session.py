@@ -130,6 +130,7 @@ def sub_confirmed(conn: V2Connection) -> None:
 
 def send_sub(conn: V2Connection) -> None:
     """Tell the topic's router about this consumer (again, after a router restart)."""
+    conn.ahead.take()  # a restarted router knows nothing of what its predecessor sent ahead
     s = conn.settings
     host = conn.host
     info = orjson.dumps({
@@ -156,5 +157,6 @@ def cmd_cls(conn: V2Connection, params: Params, body_off: int, body_len: int) ->
     conn.state = STATE_CLOSING
     if log.isEnabledFor(logging.DEBUG):
         log.debug("PROTOCOL(V2): [%s] [CLS]", conn.remote, extra=conn.log_fields())
+    conn.return_ahead()
     conn.host.send_record(conn.router, records.cls(conn.conn))
     conn.write(CLOSE_WAIT_FRAME)

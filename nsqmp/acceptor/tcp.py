@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from nsqmp.acceptor import session
+from nsqmp.acceptor.ahead import Ahead
 from nsqmp.acceptor.authorize import ConnAuth, Suspended, cmd_auth
 from nsqmp.acceptor.flow import FlowControl
 from nsqmp.acceptor.gotext import go_s
@@ -124,6 +125,7 @@ class V2Connection(ReadPath, PublishCommands, ConsumeCommands, asyncio.Protocol)
         self.rescan = False  # set by a handler that changed how the rest of the buffer reads
         self.pub_counts: dict[bytes, int] = {}  # messages published per topic (/stats producers)
         self._fins = bytearray()  # the FIN record this tick's FINs are added to
+        self.ahead = Ahead()  # frames its router sent ahead of its credit (nsqmp.acceptor.ahead)
         self._pubs: PubRun | None = None  # PUB/DPUBs of this read not yet published
         # the (code, text) of the last scanned command when its body size broke a limit
         self._bad_body: tuple[str, str] | None = None
@@ -191,6 +193,7 @@ class V2Connection(ReadPath, PublishCommands, ConsumeCommands, asyncio.Protocol)
         if self.pub_counts:
             self.host.producer_left()
         if self.router >= 0:
+            self.return_ahead()  # before the GONE: their attempt is not counted
             self._send(self.router, records.gone(self.conn))
 
     def pause_writing(self) -> None:

@@ -128,6 +128,7 @@ def channel_empty(router, request) -> dict:
         return err
     topic = ch.topic
     _log(router, "TOPIC(%s): emptying channel %s", topic, ch, ch.name)
+    recall_ahead(router, ch)
     ch.clear()
     if ch.id:
         ch.start = dict(topic.hwm)  # a restart must not bring the emptied messages back
@@ -149,8 +150,18 @@ def channel_pause(router, request, paused: bool = True) -> dict:
         if cm.id == ch.id and ch.id:
             cm.paused = paused
     ch.topic.save_meta()
+    if paused:
+        recall_ahead(router, ch)
     router.delivery.mark(ch)
     return {}
+
+
+def recall_ahead(router, ch) -> None:
+    """Its consumers' acceptors send back what they hold ahead (nsqmp.acceptor.ahead): not
+    to be written once the channel is paused or emptied."""
+    for c in ch.consumers.values():
+        if c.ahead:
+            router.endpoint.send(router.plan.acceptor_slot(records.conn_acceptor(c.conn)), records.recall(c.conn))
 
 
 def _close_channel(router, ch) -> None:

@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from nsqmp.layouts import FRAME_SIZE, MESSAGE_FRAME_HEAD
 from nsqmp.router.deadlines import Deadlines
 from nsqmp.router.deadletter import divert
 from nsqmp.router.filequeue import FileQueue
@@ -213,6 +214,39 @@ class Channel:
         else:
             self.ready.append((m, attempts))
 
+    def ahead_count(self) -> int:
+        """Messages in flight that were sent ahead and not written to their consumer: as
+        nsqd counts, still in the queue (depth), not in flight."""
+        return sum(c.ahead for c in self.consumers.values())
+
+    def take_back(self, c: Consumer, frames) -> int:
+        """Frames sent ahead to c, returned unwritten (UNSENT): each still in flight to c
+        with the same attempt goes back to the head of the queue with that attempt not
+        counted; how many did. The others were timed out or requeued meanwhile."""
+        back = []
+        in_flight = self.in_flight
+        pos, end, seen = 0, len(frames), 0
+        while pos + MESSAGE_FRAME_HEAD.size <= end:
+            size, _, _, attempts, msg_id = MESSAGE_FRAME_HEAD.unpack_from(frames, pos)
+            pos += FRAME_SIZE.size + size
+            seen += 1
+            entry = in_flight.get(msg_id)
+            if entry is None or entry[2].consumer is not c or entry[1] != attempts:
+                continue
+            in_flight.remove(msg_id)
+            self.leave(entry[2])
+            back.append((entry[0], attempts - 1))
+        c.ahead = max(0, c.ahead - seen)
+        c.ahead_off = True  # stalled, closing or with a lower RDY: again once it FINs or REQs
+        n = len(back)
+        if n:
+            c.in_flight -= n
+            c.message_count -= n
+            self.delivery_count -= n
+            self.ready.extendleft(reversed(back))
+            self.mark(self)
+        return n
+
     def touch(self, msg_id: bytes, entry: tuple, max_msg_timeout_ns: int) -> None:
         """TOUCH of an in-flight entry: its deadline moves to now + the consumer's
         msg_timeout, never past delivered + max-msg-timeout."""
@@ -254,6 +288,8 @@ class Channel:
             n = self.in_flight.land(f.members, f, self.ready)
         f.live = 0
         c.in_flight -= n
+        if c.ahead > c.in_flight:  # held ahead past a deadline (an acceptor stalled for seconds)
+            c.ahead = c.in_flight
         self.timeout_count += n
         return n
 
@@ -351,7 +387,7 @@ class Channel:
         for c in self.consumers.values():
             for token in c.flights:
                 deadlines.forget(token)
-            c.in_flight = 0
+            c.in_flight = c.ahead = 0  # (what its acceptor held ahead was recalled first)
             c.flights.clear()
         deadlines.wake()
 
@@ -368,8 +404,8 @@ class Channel:
                     "remote_address": info.get("remote_address", ""),
                     "state": 4 if c.closing else 3,
                     "ready_count": c.rdy,
-                    "in_flight_count": c.in_flight,
-                    "message_count": c.message_count,
+                    "in_flight_count": c.sent,
+                    "message_count": c.message_count - c.ahead,
                     "finish_count": c.finish_count,
                     "requeue_count": c.requeue_count,
                     "connect_ts": info.get("connect_ts", 0),
@@ -387,12 +423,14 @@ class Channel:
                     "topology_zone": "",
                     "topology_region": "",
                     "nsqmp_acceptor": info.get("acceptor", -1),
+                    "nsqmp_ahead_count": c.ahead,  # sent ahead, held by its acceptor (acceptor/ahead.py)
                 })
+        ahead = self.ahead_count()
         return {
             "channel_name": self.name.decode(),
-            "depth": len(self.ready) + len(self.pending),
+            "depth": len(self.ready) + len(self.pending) + ahead,
             "backend_depth": len(self.pending),
-            "in_flight_count": len(self.in_flight),
+            "in_flight_count": len(self.in_flight) - ahead,
             "deferred_count": self.deferred_count,
             "message_count": self.message_count,
             "requeue_count": self.requeue_count,

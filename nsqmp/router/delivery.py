@@ -21,6 +21,7 @@ from nsqmp.router.readback import pack_members
 
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
+    from nsqmp.router.flight import Consumer
 
 # Messages one delivery pass hands out at most; more wait for the next pass, so that the
 # FIREs, FINs and publishes on the rings are taken in between (a pass of a million
@@ -159,6 +160,9 @@ class Delivery:
             if n <= 0:
                 break
             budget -= n
+            # those within its RDY now, the rest ahead of it (Consumer.reserve)
+            now_n = min(n, c.rdy - c.sent)
+            c.ahead += n - now_n
             # one flight (deadline, timer entry) for everything this pass hands c
             deadline = now + int(c.info.get("msg_timeout", 60000)) * 1_000_000
             flight = Flight(next_token(), c, deadline, now, n)
@@ -175,7 +179,7 @@ class Delivery:
             # out now: a connection has one SUB, so no other channel's frames would join these.
             # The frames are read from the flight's members (no pair per message): nothing
             # leaves a flight that is not due for minutes before the pass ends
-            self.send_frames(c.conn, flight.members)
+            self.send_frames(c, flight.members, now_n)
             self.unpushed += n
             if self.unpushed >= SEND_STEP:
                 self.unpushed = 0
@@ -190,17 +194,26 @@ class Delivery:
                 break
         return budget
 
-    def send_frames(self, conn: int, members: list) -> None:
+    def send_frames(self, c: Consumer, members: list, now_n: int) -> None:
         """DELIVER records carrying the message frames of a flight's flat members (message,
         attempts, ...): up to max_chunk bytes of frames each (pack_members builds one
-        record per call)."""
+        record per call); the members from now_n on go as DELIVER_AHEAD."""
+        conn = c.conn
         dst = self.acceptor_slot(records.conn_acceptor(conn))
-        head = records.deliver_head(conn)
-        i, n = 0, len(members) // 2
+        n = len(members) // 2
         send = self.send
-        while i < n:
-            data, i = pack_members(head, members, i, self.max_chunk)
-            send(dst, data)
+        i = 0
+        if now_n:
+            head = records.deliver_head(conn)
+            now = members if now_n == n else members[:2 * now_n]
+            while i < now_n:
+                data, i = pack_members(head, now, i, self.max_chunk)
+                send(dst, data)
+        if i < n:
+            head = records.deliver_ahead_head(conn, c.rdy)
+            while i < n:
+                data, i = pack_members(head, members, i, self.max_chunk)
+                send(dst, data)
 
     # -- topping up from the files ---------------------------------------------------------------
     def refill_soon(self, ch: Channel) -> None:

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nsqmp.router.channel import Channel
 
-__all__ = ["DEFER_SLOT_NS", "Consumer", "Deferred"]
+__all__ = ["AHEAD_BYTES", "AHEAD_MIN_RDY", "AHEAD_MIN_TIMEOUT_MS", "DEFER_SLOT_NS", "Consumer", "Deferred"]
+
+# A consumer with RDY at least AHEAD_MIN_RDY and a msg_timeout of at least
+# AHEAD_MIN_TIMEOUT_MS is sent up to RDY more frames than its credit (its `reserve`, at
+# most AHEAD_BYTES of them), which its acceptor holds and writes one for each FIN or REQ
+# the consumer sends (nsqmp.acceptor.ahead): a FIN frees room at once, not after a trip
+# through the router. Measured in docs/performance.md ("Frames sent ahead").
+AHEAD_MIN_RDY = 100
+AHEAD_MIN_TIMEOUT_MS = 1000
+AHEAD_BYTES = 2 << 20
 
 
 @dataclass(eq=False)
@@ -28,10 +37,31 @@ class Consumer:
     requeue_count: int = 0
     closing: bool = False
     flights: dict = field(default_factory=dict)  # token -> Flight (router/inflight.py): what it has in flight
+    reserve: int = 0  # frames it may be sent ahead of its credit (set_rdy)
+    ahead: int = 0  # of in_flight, frames sent ahead that its acceptor has not written (nor returned)
+    ahead_off: bool = False  # some came back unwritten: none sent ahead until its next FIN or REQ
 
     @property
     def credit(self) -> int:
-        return 0 if self.closing else self.rdy - self.in_flight
+        """Messages it may be sent now: within its RDY, and ahead of it (up to `reserve`)
+        while what it has is within its RDY."""
+        if self.closing:
+            return 0
+        room = self.rdy - self.in_flight + self.ahead
+        if room < 0:
+            return 0
+        return room if self.ahead_off else room + max(0, self.reserve - self.ahead)
+
+    @property
+    def sent(self) -> int:
+        """In flight and written to the client (as far as the router knows)."""
+        return self.in_flight - self.ahead
+
+    def set_rdy(self, count: int, frame_size: int = 256) -> None:
+        """RDY count; how many frames of about frame_size bytes may be sent ahead with it."""
+        self.rdy = count
+        ahead = count >= AHEAD_MIN_RDY and int(self.info.get("msg_timeout", 60000)) >= AHEAD_MIN_TIMEOUT_MS
+        self.reserve = min(count, AHEAD_BYTES // max(frame_size, 1)) if ahead else 0
 
 
 # Deferred messages of a channel due within the same DEFER_SLOT_NS share one timer entry

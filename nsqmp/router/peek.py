@@ -145,9 +145,10 @@ def channel_peek(router, request: dict) -> dict:
     ch, err = find_channel(router, request)
     if err:
         return err
+    ahead = ch.ahead_count()  # as /stats counts them
     return {"topic": request["topic"], "channel": request["channel"],
-            "depth": len(ch.ready) + len(ch.pending), "deferred_count": ch.deferred_count,
-            "in_flight_count": len(ch.in_flight), "paused": ch.paused,
+            "depth": len(ch.ready) + len(ch.pending) + ahead, "deferred_count": ch.deferred_count,
+            "in_flight_count": len(ch.in_flight) - ahead, "paused": ch.paused,
             "messages": _answer(ch.ready, ch.pending, ch.deferred, ch, request, [])}
 
 

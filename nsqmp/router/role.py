@@ -84,6 +84,7 @@ class Router(Role):
             records.RESUB: subs.subscribe,
             records.RDY: subs.on_rdy,
             records.FIN: self.on_fin,
+            records.UNSENT: self.on_unsent,
             records.REQ: self.on_req,
             records.TOUCH: self.on_touch,
             records.CLS: subs.on_cls,
@@ -252,8 +253,13 @@ class Router(Role):
 
     def on_fin(self, src: int, rec: bytes) -> None:
         """FIN of one or more IDs: a connection's FINs of one tick, in the order sent."""
-        conn, ids = records.parse_fin(rec)
+        conn, ahead, ids = records.parse_fin(rec)
         c = self.consumers.get(conn)
+        if c is not None:
+            c.ahead = max(0, c.ahead - ahead)
+            c.ahead_off = False
+        if not ids:
+            return
         if c is None:
             for pos in range(0, len(ids), ID):
                 self._owned(conn, bytes(ids[pos:pos + ID]), "FIN")  # each gets its E_FIN_FAILED
@@ -263,9 +269,20 @@ class Router(Role):
         for msg_id in bad:
             self._owned(conn, msg_id, "FIN")  # each gets its E_FIN_FAILED, in order
 
+    def on_unsent(self, src: int, rec: bytes) -> None:
+        """UNSENT: frames sent ahead that the acceptor returns unwritten: back at the head
+        of the queue, their attempt not counted."""
+        conn, frames = records.parse_unsent(rec)
+        c = self.consumers.get(conn)
+        if c is not None:
+            c.channel.take_back(c, frames)
+
     def on_req(self, src: int, rec: bytes) -> None:
         """REQ: back in the queue now (delay 0) or deferred; the delay is already clamped."""
         conn, delay_ms, msg_id = records.parse_req(rec)
+        c = self.consumers.get(conn)
+        if c is not None:
+            c.ahead_off = False  # it makes progress: frames may be sent ahead again
         entry = self._owned(conn, msg_id, "REQ")
         if entry is not None:
             entry[2].consumer.channel.requeue(msg_id, entry, delay_ms)

@@ -83,7 +83,7 @@ class Subscriptions:
         conn, count = records.parse_rdy(rec)
         c = self.consumers.get(conn)
         if c is not None:
-            c.rdy = count
+            c.set_rdy(count, c.channel.topic.frame_size())
             c.channel.mark(c.channel)
 
     def on_cls(self, src: int, rec: bytes) -> None:
@@ -91,7 +91,7 @@ class Subscriptions:
         c = self.consumers.get(conn)
         if c is not None:
             c.closing = True
-            c.rdy = 0  # nsqd's StartClose: RDY 0, state closing
+            c.set_rdy(0)  # nsqd's StartClose: RDY 0, state closing
 
     def on_gone(self, src: int, rec: bytes) -> None:
         conn = records.parse_gone(rec)

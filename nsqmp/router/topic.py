@@ -17,7 +17,7 @@ from typing import Callable
 from nsqmp.diskqueue import meta as metafile
 from nsqmp.diskqueue.segment import drain_background
 from nsqmp.ipc import records
-from nsqmp.layouts import DUE, MESSAGE_HEAD, RECORD_HEAD, blob_deferred
+from nsqmp.layouts import DUE, MESSAGE_FRAME_HEAD, MESSAGE_HEAD, RECORD_HEAD, blob_deferred
 from nsqmp.protocol.names import is_ephemeral
 from nsqmp.router import cap
 from nsqmp.router.channel import Channel, unmarked
@@ -214,6 +214,12 @@ class Topic(TopicFiles):
             return [None] if self.backlog_pending or len(self.backlog) >= bound else []
         return [ch for ch in self.channels.values()
                 if not ch.ephemeral and (ch.pending or len(ch.ready) >= bound)]
+
+    def frame_size(self) -> int:
+        """The mean size of the message frames of this topic so far (256 before any)."""
+        if not self.message_count:
+            return 256
+        return self.message_bytes // self.message_count + MESSAGE_FRAME_HEAD.size
 
     def adopt_range(self, seg: Segment, start: int, end: int, count: int) -> None:
         """A batch of `count` records [start, end) of seg, left in the file for now."""

@@ -13,7 +13,7 @@ from nsqmp.config import loader
 from nsqmp.diskqueue.segment import encode
 from nsqmp.ipc import records
 from nsqmp.ipc.mesh import Plan
-from nsqmp.protocol.frames import MESSAGE_HEADER
+from nsqmp.protocol.frames import MESSAGE_HEADER, message_frame
 from nsqmp.router.role import FULL_PIPE, FULL_PIPE_LOOK_MAX, Router
 
 CONN = records.conn_id(1, 1, 7)  # a connection of acceptor 1
@@ -173,3 +173,92 @@ def test_the_router_polls_its_rings_only_while_no_consumer_waits_on_it(router):
     for k in range(FULL_PIPE_LOOK_MAX - 1):  # idle consumers (RDY 0) up to one too many
         sub(router, records.conn_id(1, 1, 100 + k), b"t#ephemeral", b"c")
     assert len(router.consumers) == FULL_PIPE_LOOK_MAX + 1 and not router.poll_rings()
+
+
+def frames_of(rec: bytes, at: int) -> list[tuple[int, bytes]]:
+    """(attempts, id) of each message frame in a DELIVER or DELIVER_AHEAD from byte `at`."""
+    from nsqmp.layouts import MESSAGE_FRAME_HEAD
+    out, pos = [], at
+    while pos < len(rec):
+        size, _, _, attempts, msg_id = MESSAGE_FRAME_HEAD.unpack_from(rec, pos)
+        out.append((attempts, msg_id))
+        pos += 4 + size
+    return out
+
+
+def test_a_large_rdy_is_sent_as_much_again_ahead_and_fins_say_what_was_written(router):
+    """RDY 100 with 250 queued: 100 frames in DELIVER, 100 more in DELIVER_AHEAD (carrying
+    the RDY they were sent under); a FIN record saying 30 of them were written leaves 70
+    ahead, and in flight to the client still 100 (/stats)."""
+    subscribe(router, b"t#ephemeral", b"c")
+    ids = publish(router, b"t#ephemeral", [b"m%d" % i for i in range(250)])
+    router.on_record(1, records.rdy(CONN, 100))
+    tick(router)
+    now = [f for _, rec in router.endpoint.take(records.DELIVER) for f in frames_of(rec, records.DELIVER_FRAMES_AT)]
+    aheads = router.endpoint.take(records.DELIVER_AHEAD)
+    assert {records.parse_deliver_ahead(rec)[:2] for _, rec in aheads} == {(CONN, 100)}
+    ahead = [f for _, rec in aheads for f in frames_of(rec, records.DELIVER_AHEAD_FRAMES_AT)]
+    assert [i for _, i in now + ahead] == ids[:200] and {a for a, _ in now + ahead} == {1}
+    c = router.consumers[CONN]
+    assert (c.in_flight, c.ahead, c.sent, c.credit) == (200, 100, 100, 0)
+    router.on_record(1, records.fin(CONN, b"".join(ids[:30]), 30))
+    assert (c.in_flight, c.ahead, c.sent) == (170, 70, 100)
+    stats = c.channel.stats(include_clients=True)
+    assert (stats["in_flight_count"], stats["depth"]) == (100, 50 + 70)
+    assert stats["clients"][0]["nsqmp_ahead_count"] == 70
+    tick(router)  # room for 30 more ahead: sent ahead, none now (the client has its 100)
+    assert not router.endpoint.take(records.DELIVER)
+    assert sum(len(frames_of(rec, records.DELIVER_AHEAD_FRAMES_AT))
+               for _, rec in router.endpoint.take(records.DELIVER_AHEAD)) == 30
+
+
+def test_unsent_frames_go_back_unattempted_and_stop_sending_ahead_until_a_fin(router):
+    subscribe(router, b"t#ephemeral", b"c")
+    ids = publish(router, b"t#ephemeral", [b"m%d" % i for i in range(300)])
+    router.on_record(1, records.rdy(CONN, 100))
+    tick(router)
+    router.endpoint.take(records.DELIVER)
+    (_, rec), = router.endpoint.take(records.DELIVER_AHEAD)
+    c = router.consumers[CONN]
+    frames = memoryview(rec)[records.DELIVER_AHEAD_FRAMES_AT:]
+    router.on_record(1, records.unsent(CONN, bytes(frames)))
+    assert (c.in_flight, c.ahead, c.ahead_off) == (100, 0, True)
+    ch = c.channel
+    assert [(m.id, attempts) for m, attempts in list(ch.ready)[:100]] == [(i, 0) for i in ids[100:200]]
+    tick(router)
+    assert not router.endpoint.take(records.DELIVER_AHEAD)  # none ahead until it FINs
+    router.on_record(1, records.fin(CONN, ids[0]))
+    tick(router)
+    (_, now), = router.endpoint.take(records.DELIVER)
+    assert frames_of(now, records.DELIVER_FRAMES_AT) == [(1, ids[100])]  # the first back, first out
+    assert router.endpoint.take(records.DELIVER_AHEAD)  # ahead again
+
+
+def test_unsent_frames_that_timed_out_or_moved_are_left_alone(router):
+    """An UNSENT frame whose message is no longer in flight to that consumer with that
+    attempt (timed out, requeued) is only no longer ahead."""
+    subscribe(router, b"t#ephemeral", b"c")
+    ids = publish(router, b"t#ephemeral", [b"m%d" % i for i in range(300)])
+    router.on_record(1, records.rdy(CONN, 100))
+    tick(router)
+    router.endpoint.take(records.DELIVER)
+    router.endpoint.take(records.DELIVER_AHEAD)
+    c = router.consumers[CONN]
+    stale = message_frame(1000, 2, ids[150], b"m150") + message_frame(1000, 1, b"f" * 16, b"?")
+    router.on_record(1, records.unsent(CONN, stale))
+    assert (c.in_flight, c.ahead) == (200, 98)
+    assert ids[150] in c.channel.in_flight
+
+
+def test_nothing_is_sent_ahead_below_the_thresholds(router):
+    from nsqmp.router.flight import AHEAD_MIN_RDY
+    subscribe(router, b"t#ephemeral", b"c")
+    publish(router, b"t#ephemeral", [b"m%d" % i for i in range(300)])
+    router.on_record(1, records.rdy(CONN, AHEAD_MIN_RDY - 1))
+    tick(router)
+    assert not router.endpoint.take(records.DELIVER_AHEAD)
+    c = router.consumers[CONN]
+    assert (c.in_flight, c.ahead, c.reserve) == (AHEAD_MIN_RDY - 1, 0, 0)
+    c.info["msg_timeout"] = 999  # IDENTIFY's msg_timeout under a second: none either
+    router.on_record(1, records.rdy(CONN, 200))
+    assert c.reserve == 0

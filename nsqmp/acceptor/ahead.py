@@ -69,7 +69,7 @@ class Ahead:
         """A DELIVER's frames, within the client's RDY: as many of the oldest frames, so
         that what is held does not fall behind what is sent after it (the router counts
         how many are held, not which)."""
-        end, n = frames_span(frames, 0, len(frames))
+        _, n = frames_span(frames, 0, len(frames))
         self.chunks.append((frames, time.monotonic_ns()))
         self._write_oldest(n, write)
 

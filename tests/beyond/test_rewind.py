@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from nsqmp.client import Connection
-from tests.harness import Broker, nothing_within, wait_for
+from tests.harness import Broker, channel_stats, nothing_within, wait_for
 
 # spread: publishers on both acceptors, so a replay crosses two streams
 ARGS = ("--max-bytes-per-file", str(32 * 1024), "--retention-bytes", "64MB", "--sync-timeout", "200ms",
@@ -74,13 +74,8 @@ def settled(b: Broker, topic: str, channel: str) -> None:
     consumer's acceptor may answer FINs with frames sent ahead before its router has seen
     them, and a rewind replays a message still in flight once more (two deliveries of one
     ID at once): a test of what a rewind replays waits for this first."""
-    def idle():
-        for t in b.stats(topic=topic)["topics"]:
-            for ch in t["channels"]:
-                if ch["channel_name"] == channel:
-                    return ch["in_flight_count"] == 0
-        return False
-    wait_for(idle, what=f"{topic}/{channel} with nothing in flight")
+    wait_for(lambda: channel_stats(b, topic, channel)["in_flight_count"] == 0,
+             what=f"{topic}/{channel} with nothing in flight")
 
 
 def post(b: Broker, path: str) -> tuple[int, dict]:

@@ -9,6 +9,7 @@ import os
 import orjson
 import pytest
 
+from nsqmp.client import wire
 from nsqmp.config import loader
 from nsqmp.diskqueue.segment import encode
 from nsqmp.ipc import records
@@ -177,13 +178,8 @@ def test_the_router_polls_its_rings_only_while_no_consumer_waits_on_it(router):
 
 def frames_of(rec: bytes, at: int) -> list[tuple[int, bytes]]:
     """(attempts, id) of each message frame in a DELIVER or DELIVER_AHEAD from byte `at`."""
-    from nsqmp.layouts import MESSAGE_FRAME_HEAD
-    out, pos = [], at
-    while pos < len(rec):
-        size, _, _, attempts, msg_id = MESSAGE_FRAME_HEAD.unpack_from(rec, pos)
-        out.append((attempts, msg_id))
-        pos += 4 + size
-    return out
+    msgs = [wire.decode_message(data) for _, data in wire.FrameReader().feed(rec[at:])]
+    return [(m.attempts, m.id) for m in msgs]
 
 
 def test_a_large_rdy_is_sent_as_much_again_ahead_and_fins_say_what_was_written(router):

@@ -374,56 +374,61 @@ py_pack_members(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nar
 
 
 /* ------------------------------------------------------------------ */
-/* frames_span                                                         */
+/* frame_ends                                                          */
 /* ------------------------------------------------------------------ */
 
-PyDoc_STRVAR(frames_span_doc,
-"frames_span(frames, start, k, /)\n--\n\n"
-"Where the first k whole frames of `frames` from byte `start` on end, as\n"
-"(end, how many: at most k).  A frame is a 4-byte big-endian size and that\n"
-"many bytes; a frame cut short at the end is not counted.  The acceptor\n"
-"writes a consumer's frames sent ahead of its credit this many at a time.");
+PyDoc_STRVAR(frame_ends_doc,
+"frame_ends(frames, /)\n--\n\n"
+"Where each whole frame of `frames` ends: bytes of native u32 offsets, one\n"
+"per frame.  A frame is a 4-byte big-endian size and that many bytes; a frame\n"
+"cut short at the end is not counted.  The acceptor takes them from a record\n"
+"of frames sent ahead as it arrives, while its bytes are in the cache: walking\n"
+"the frames when a FIN comes, a fraction of a second later, missed the cache\n"
+"once a frame (6 % of the acceptor's time under the mixed load).");
+
+/* The whole frames of p[0:len]: how many; their end offsets into ends when given. */
+static Py_ssize_t
+frame_walk(const uint8_t *p, Py_ssize_t len, uint32_t *ends)
+{
+    Py_ssize_t pos = 0, n = 0;
+    while (len - pos >= NQL_FRAME_SIZE) {
+        uint32_t size = (uint32_t)p[pos] << 24 | (uint32_t)p[pos + 1] << 16
+                        | (uint32_t)p[pos + 2] << 8 | (uint32_t)p[pos + 3];
+        if ((Py_ssize_t)size > len - pos - NQL_FRAME_SIZE)
+            break;
+        pos += NQL_FRAME_SIZE + (Py_ssize_t)size;
+        if (ends != NULL)
+            ends[n] = (uint32_t)pos;
+        n++;
+    }
+    return n;
+}
 
 static PyObject *
-py_frames_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+py_frame_ends(PyObject *Py_UNUSED(self), PyObject *arg)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "frames_span() takes exactly 3 positional arguments");
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t k = PyLong_AsSsize_t(args[2]);
-    if (k == -1 && PyErr_Occurred())
-        return NULL;
     Py_buffer buf;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (start < 0 || start > buf.len) {
+    if (buf.len > (Py_ssize_t)UINT32_MAX) {
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "start out of range");
+        PyErr_SetString(PyExc_ValueError, "frames longer than 4 GiB");
         return NULL;
     }
     const uint8_t *p = (const uint8_t *)buf.buf;
-    Py_ssize_t pos = start, n = 0;
-    while (n < k && buf.len - pos >= NQL_FRAME_SIZE) {
-        uint32_t size = (uint32_t)p[pos] << 24 | (uint32_t)p[pos + 1] << 16
-                        | (uint32_t)p[pos + 2] << 8 | (uint32_t)p[pos + 3];
-        if ((Py_ssize_t)size > buf.len - pos - NQL_FRAME_SIZE)
-            break;
-        pos += NQL_FRAME_SIZE + (Py_ssize_t)size;
-        n++;
-    }
+    Py_ssize_t n = frame_walk(p, buf.len, NULL);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint32_t));
+    if (out != NULL)
+        frame_walk(p, buf.len, (uint32_t *)PyBytes_AS_STRING(out));
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(nn)", pos, n);
+    return out;
 }
 
 static PyMethodDef readback_functions[] = {
     {"read_messages", (PyCFunction)(void (*)(void))py_read_messages, METH_FASTCALL, read_messages_doc},
     {"pack_frames", (PyCFunction)(void (*)(void))py_pack_frames, METH_FASTCALL, pack_frames_doc},
     {"pack_members", (PyCFunction)(void (*)(void))py_pack_members, METH_FASTCALL, pack_members_doc},
-    {"frames_span", (PyCFunction)(void (*)(void))py_frames_span, METH_FASTCALL, frames_span_doc},
+    {"frame_ends", py_frame_ends, METH_O, frame_ends_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,7 +36,7 @@ ID_AT = 10
 ID = 16  # bytes of a message id
 
 # NSQ frame (server to client)
-FRAME_SIZE = struct.Struct(">i")  # the size word: the bytes after it (frames_span walks by it)
+FRAME_SIZE = struct.Struct(">i")  # the size word: the bytes after it (frame_ends walks by it)
 FRAME_HEAD = struct.Struct(">ii")  # size = 4 + len(data), type
 FRAME_RESPONSE = 0
 FRAME_ERROR = 1

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from nsqmp.protocol.frames import frames_span  # native/readback.c, or its twin
+from nsqmp.protocol.frames import frame_ends  # native/readback.c, or its twin
 
 __all__ = ["HOLD_CHECK_S", "HOLD_MAX_NS", "Ahead"]
 
@@ -35,22 +35,29 @@ HOLD_CHECK_S = 0.1
 
 
 class Ahead:
-    """One consumer's held frames: DELIVER_AHEAD payloads in arrival order, the first one
-    written up to `pos`; `owed`: frames the next FINs write fewer."""
+    """One consumer's held frames: DELIVER_AHEAD payloads in arrival order, each with
+    where its frames end (frame_ends, taken as it arrives: walking them later, when the
+    FINs come, missed the cache once a frame); the first one written up to `pos`, its
+    first `done` frames; `owed`: frames the next FINs write fewer."""
 
-    __slots__ = ("chunks", "pos", "owed")
+    __slots__ = ("chunks", "pos", "done", "owed")
 
     def __init__(self) -> None:
-        self.chunks: deque[tuple[memoryview, int]] = deque()  # (frames, CLOCK_MONOTONIC ns held)
+        # (frames, CLOCK_MONOTONIC ns held, their ends: a memoryview of u32)
+        self.chunks: deque[tuple[memoryview, int, memoryview]] = deque()
         self.pos = 0
+        self.done = 0
         self.owed = 0
 
     def __bool__(self) -> bool:
         """Frames are held."""
         return bool(self.chunks)
 
-    def hold(self, frames: memoryview) -> None:
-        self.chunks.append((frames, time.monotonic_ns()))
+    def hold(self, frames: memoryview) -> int:
+        """Hold frames; how many whole ones they are."""
+        ends = memoryview(frame_ends(frames)).cast("I")
+        self.chunks.append((frames, time.monotonic_ns(), ends))
+        return len(ends)
 
     def owe(self) -> None:
         """A FIN or REQ was refused: it freed no room."""
@@ -69,25 +76,24 @@ class Ahead:
         """A DELIVER's frames, within the client's RDY: as many of the oldest frames, so
         that what is held does not fall behind what is sent after it (the router counts
         how many are held, not which)."""
-        _, n = frames_span(frames, 0, len(frames))
-        self.chunks.append((frames, time.monotonic_ns()))
-        self._write_oldest(n, write)
+        self._write_oldest(self.hold(frames), write)
 
     def _write_oldest(self, k: int, write: Callable[[memoryview], None]) -> int:
-        done = 0
+        written = 0
         chunks = self.chunks
-        while done < k and chunks:
-            frames = chunks[0][0]
-            end, n = frames_span(frames, self.pos, k - done)
-            if n:
+        while written < k and chunks:
+            frames, _, ends = chunks[0]
+            upto = min(self.done + k - written, len(ends))
+            if upto > self.done:
+                end = ends[upto - 1]
                 write(frames[self.pos:end])
-                done += n
-            if n == 0 or end >= len(frames):
+                written += upto - self.done
+            if upto >= len(ends):
                 chunks.popleft()
-                self.pos = 0
+                self.pos = self.done = 0
             else:
-                self.pos = end
-        return done
+                self.pos, self.done = end, upto
+        return written
 
     def take(self, older_than: int | None = None) -> bytes:
         """The held frames not yet written (only those held since before older_than,
@@ -96,5 +102,5 @@ class Ahead:
         chunks = self.chunks
         while chunks and (older_than is None or chunks[0][1] < older_than):
             out.append(chunks.popleft()[0][self.pos:])
-            self.pos = 0
+            self.pos = self.done = 0
         return b"".join(out)

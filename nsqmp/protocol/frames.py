@@ -7,12 +7,13 @@ native/layouts.h and declared for Python in nsqmp.layouts; the names below are t
 from __future__ import annotations
 
 import os
+from array import array
 
 from nsqmp.layouts import FRAME_ERROR, FRAME_HEAD, FRAME_SIZE, FRAME_MESSAGE, FRAME_RESPONSE, MESSAGE_FRAME_HEAD, MESSAGE_HEAD
 
 __all__ = ["CLOSE_WAIT", "CLOSE_WAIT_FRAME", "FRAME_ERROR", "FRAME_HEADER", "FRAME_MESSAGE", "FRAME_RESPONSE",
            "HEARTBEAT", "HEARTBEAT_FRAME", "MAGIC_V2", "MESSAGE_HEADER", "MESSAGE_HEADER_SIZE", "OK", "OK_FRAME",
-           "error", "frame", "frames_span", "message_frame", "py_frames_span", "response"]
+           "error", "frame", "frame_ends", "message_frame", "py_frame_ends", "response"]
 
 MAGIC_V2 = b"  V2"
 
@@ -49,25 +50,24 @@ HEARTBEAT_FRAME = response(HEARTBEAT)
 CLOSE_WAIT_FRAME = response(CLOSE_WAIT)
 
 
-def py_frames_span(frames, start: int, k: int) -> tuple[int, int]:
-    """Where the first k whole frames of `frames` from byte `start` on end, as (end, how
-    many: at most k); a frame cut short at the end is not counted. Twin of native/readback.c's."""
-    if start < 0 or start > len(frames):
-        raise ValueError("start out of range")
-    pos, n, end = start, 0, len(frames)
+def py_frame_ends(frames) -> bytes:
+    """Where each whole frame of `frames` ends: native u32 offsets, one per frame; a frame
+    cut short at the end is not counted. Twin of native/readback.c's."""
+    ends = array("I")
+    pos, end = 0, len(frames)
     word = FRAME_SIZE.size
-    while n < k and end - pos >= word:
+    while end - pos >= word:
         (size,) = FRAME_SIZE.unpack_from(frames, pos)
-        if size > end - pos - word:
+        if not 0 <= size <= end - pos - word:
             break
         pos += word + size
-        n += 1
-    return pos, n
+        ends.append(pos)
+    return ends.tobytes()
 
 
-frames_span = py_frames_span
+frame_ends = py_frame_ends
 if os.environ.get("NSQMP_PURE_PYTHON", "") != "1":
     try:
-        from nsqmp._native import frames_span  # noqa: F811 (native/readback.c)
+        from nsqmp._native import frame_ends  # noqa: F811 (native/readback.c)
     except ImportError:  # extension not built
         pass

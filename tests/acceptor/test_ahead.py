@@ -1,5 +1,7 @@
-"""The acceptor's held frames (nsqmp.acceptor.ahead) and frames_span, native and twin."""
+"""The acceptor's held frames (nsqmp.acceptor.ahead) and frame_ends, native and twin."""
 from __future__ import annotations
+
+from array import array
 
 import pytest
 from hypothesis import given
@@ -7,39 +9,41 @@ from hypothesis import strategies as st
 
 from nsqmp.acceptor.ahead import Ahead
 from nsqmp.protocol import frames as F
-from nsqmp.protocol.frames import message_frame, py_frames_span
+from nsqmp.protocol.frames import message_frame, py_frame_ends
 
 try:
-    from nsqmp._native import frames_span as native_frames_span
+    from nsqmp._native import frame_ends as native_frame_ends
 except ImportError:  # pragma: no cover - the extension is built by the install step
-    native_frames_span = None
+    native_frame_ends = None
 
-SPANS = [py_frames_span] + ([native_frames_span] if native_frames_span is not None else [])
+ENDS = [py_frame_ends] + ([native_frame_ends] if native_frame_ends is not None else [])
 
 
 def frame(i: int) -> bytes:
     return message_frame(i, 1, b"%016d" % i, b"x" * (i % 7))
 
 
-@pytest.mark.parametrize("span", SPANS)
-def test_frames_span_counts_whole_frames(span):
+def ends_of(data: bytes, ends) -> list[int]:
+    return array("I", ends(data)).tolist()
+
+
+@pytest.mark.parametrize("ends", ENDS)
+def test_frame_ends_are_where_whole_frames_end(ends):
     data = b"".join(frame(i) for i in range(5))
     sizes = [len(frame(i)) for i in range(5)]
-    assert span(data, 0, 3) == (sum(sizes[:3]), 3)
-    assert span(data, sizes[0], 10) == (len(data), 4)
-    assert span(data, 0, 0) == (0, 0)
-    assert span(data[:-1], 0, 10) == (sum(sizes[:4]), 4)  # the last one cut short
-    assert span(data, len(data), 2) == (len(data), 0)
-    with pytest.raises(ValueError):
-        span(data, len(data) + 1, 1)
+    assert ends_of(data, ends) == [sum(sizes[:i + 1]) for i in range(5)]
+    assert ends_of(data[:-1], ends) == [sum(sizes[:i + 1]) for i in range(4)]  # the last one cut short
+    assert ends_of(b"", ends) == [] and ends_of(data[:3], ends) == []
+    assert ends_of(b"\xff\xff\xff\xff" + data, ends) == []  # a size past the end (or negative)
+    assert ends_of(memoryview(data)[sizes[0]:], ends) == [sum(sizes[1:i + 1]) for i in range(1, 5)]
 
 
-@given(st.lists(st.binary(max_size=40), max_size=12), st.integers(0, 14), st.integers(0, 600))
-def test_the_native_frames_span_is_its_twins(bodies, k, cut):
+@given(st.lists(st.binary(max_size=40), max_size=12), st.integers(0, 600))
+def test_the_native_frame_ends_are_its_twins(bodies, cut):
     data = b"".join(message_frame(1, 1, b"0" * 16, b) for b in bodies)[:cut]
-    if native_frames_span is not None:
-        assert native_frames_span(data, 0, k) == py_frames_span(data, 0, k)
-    assert F.frames_span(bytearray(data), 0, k) == py_frames_span(data, 0, k)
+    if native_frame_ends is not None:
+        assert native_frame_ends(data) == py_frame_ends(data)
+    assert F.frame_ends(bytearray(data)) == py_frame_ends(data)
 
 
 def test_write_one_frame_per_fin_across_records():
@@ -68,12 +72,14 @@ def test_owed_frames_are_taken_from_the_next_fins():
 
 def test_take_returns_what_is_left_and_only_what_is_old():
     a = Ahead()
-    a.chunks.append((memoryview(b"".join(frame(i) for i in range(3))), 100))  # held at 100 ns
-    a.chunks.append((memoryview(frame(9)), 200))
+    a.hold(memoryview(b"".join(frame(i) for i in range(3))))
+    a.hold(memoryview(frame(9)))
+    a.chunks[0] = a.chunks[0][:1] + (100,) + a.chunks[0][2:]  # held at 100 ns
+    a.chunks[1] = a.chunks[1][:1] + (200,) + a.chunks[1][2:]
     a.write(1, lambda b: None)
     assert a.take(older_than=100) == b""  # held at that instant, not before it
     assert a.take(older_than=150) == frame(1) + frame(2)  # what was not written of it
-    assert a.pos == 0 and len(a.chunks) == 1
+    assert a.pos == a.done == 0 and len(a.chunks) == 1
     assert a.take() == frame(9) and not a
 
 

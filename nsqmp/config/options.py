@@ -1079,10 +1079,11 @@ OPTIONS: tuple[Option, ...] = (
         section="processes", nsqd=False, check=between(1, 64),
     ),
     Option(
-        "acceptor-nice", INT, 0,
+        "acceptor-nice", INT, 4,
         "Niceness each acceptor adds to its own at start (0-19). With the CPU full, a "
         "higher value lets the routers and the timer (deliveries, deadlines) run first, "
-        "and the publishers wait.",
+        "and the publishers wait: consumers keep up with heavy publishing (docs/tuning.md). "
+        "0 gives publishers and consumers the same priority.",
         section="processes", nsqd=False, check=between(0, 19),
     ),
     Option(

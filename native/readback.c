@@ -416,6 +416,8 @@ py_frame_ends(PyObject *Py_UNUSED(self), PyObject *arg)
         return NULL;
     }
     const uint8_t *p = (const uint8_t *)buf.buf;
+    /* two walks: the first sizes the result exactly; the frames are in the cache (the
+     * record was just copied out of the ring), so the second costs little */
     Py_ssize_t n = frame_walk(p, buf.len, NULL);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint32_t));
     if (out != NULL)

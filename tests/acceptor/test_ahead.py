@@ -74,8 +74,9 @@ def test_take_returns_what_is_left_and_only_what_is_old():
     a = Ahead()
     a.hold(memoryview(b"".join(frame(i) for i in range(3))))
     a.hold(memoryview(frame(9)))
-    a.chunks[0] = a.chunks[0][:1] + (100,) + a.chunks[0][2:]  # held at 100 ns
-    a.chunks[1] = a.chunks[1][:1] + (200,) + a.chunks[1][2:]
+    for i, held in enumerate((100, 200)):  # held at 100 ns and at 200 ns
+        frames, _, ends = a.chunks[i]
+        a.chunks[i] = (frames, held, ends)
     a.write(1, lambda b: None)
     assert a.take(older_than=100) == b""  # held at that instant, not before it
     assert a.take(older_than=150) == frame(1) + frame(2)  # what was not written of it
